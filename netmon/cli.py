@@ -1,0 +1,85 @@
+"""The ``netmon`` command: one thin front end for every part of the system.
+
+Subcommands live in ``netmon/commands/<name>.py`` as a click object named ``command`` and are
+imported only when run, so ``netmon broker status`` never imports pyspark or streamlit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from netmon.config import Config, ConfigError, load_config
+from netmon.logs import setup_logging
+
+__all__ = ["LazyGroup", "main"]
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are ``"module:attribute"`` strings, imported on use."""
+
+    def __init__(self, *args: object, lazy: dict[str, str] | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, _, attr = self.lazy[name].partition(":")
+            return getattr(importlib.import_module(module), attr or "command")
+        return super().get_command(ctx, name)
+
+
+COMMANDS = {
+    "analyze": "netmon.commands.analyze:command",
+    "bench": "netmon.commands.bench:command",
+    "broker": "netmon.commands.broker:command",
+    "capture": "netmon.commands.capture:command",
+    "config": "netmon.commands.config_cmd:command",
+    "dashboard": "netmon.commands.dashboard:command",
+    "demo": "netmon.commands.demo:command",
+    "eval": "netmon.commands.evaluate:command",
+    "generate": "netmon.commands.generate:command",
+    "pipeline": "netmon.commands.pipeline:command",
+    "replay": "netmon.commands.replay:command",
+    "setup": "netmon.commands.setup:command",
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="NETMON_CONFIG",
+    help="netmon.toml to read (default: built-in defaults).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("--log-json", is_flag=True, help="Structured JSON log lines on stderr.")
+@click.version_option(package_name="netmon")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, verbose: int, log_json: bool) -> None:
+    """netmon: network-traffic monitoring on Kafka and Spark."""
+    setup_logging(verbose, json_lines=log_json)
+    try:
+        ctx.obj = load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+pass_config = click.make_pass_decorator(Config)
+
+
+def main() -> None:
+    try:
+        cli(prog_name="netmon")
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

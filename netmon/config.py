@@ -1,0 +1,215 @@
+"""netmon's configuration: one optional TOML file, defaults built in, environment overrides.
+
+Each ``netmon.toml`` section is a frozen, keyword-only dataclass; :class:`Config` composes them.
+Defaults live only in the dataclasses. Unknown sections or keys and wrong types are errors that
+name the section and key. Environment variables override the file:
+
+==========================  ==========================================
+``NETMON_CONFIG``           path of the TOML file (same as ``--config``)
+``NETMON_STATE_DIR``        ``[paths] state_dir``
+``NETMON_DATA_DIR``         ``[paths] data_dir``
+``NETMON_CACHE_DIR``        ``[paths] cache_dir``
+``NETMON_BOOTSTRAP_SERVERS`` ``[kafka] bootstrap_servers``
+==========================  ==========================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DashboardConfig",
+    "IngestConfig",
+    "KafkaConfig",
+    "PathsConfig",
+    "PipelineConfig",
+    "SparkConfig",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, naming the file, section and key."""
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    base = os.environ.get(var)
+    return Path(base) if base else Path.home() / fallback
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathsConfig:
+    """Where netmon keeps things; never inside the repository."""
+
+    #: broker data and logs, pids, service logs
+    state_dir: Path = field(default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "netmon")
+    #: results (Parquet) and Spark checkpoints
+    data_dir: Path = field(default_factory=lambda: _xdg("XDG_DATA_HOME", ".local/share") / "netmon")
+    #: downloaded JVM jars (the Kafka broker, Spark's Kafka connector); shared by every state dir
+    cache_dir: Path = field(default_factory=lambda: _xdg("XDG_CACHE_HOME", ".cache") / "netmon")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaConfig:
+    """The Kafka cluster netmon talks to, and the local broker ``netmon broker`` runs."""
+
+    #: empty: the local broker, ``<host>:<port>``
+    bootstrap_servers: str = ""
+    host: str = "127.0.0.1"
+    port: int = 9092
+    controller_port: int = 9093
+    packets_topic: str = "netmon.packets"
+    partitions: int = 2
+    #: JVM heap of the local broker
+    heap: str = "512m"
+    start_timeout_s: float = 60.0
+
+    @property
+    def bootstrap(self) -> str:
+        return self.bootstrap_servers or f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkConfig:
+    master: str = "local[*]"
+    shuffle_partitions: int = 4
+    #: Kafka offsets read per micro-batch at most (0: no limit)
+    max_offsets_per_trigger: int = 0
+    driver_memory: str = "1g"
+    log_level: str = "WARN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """The streaming job's event-time settings."""
+
+    traffic_window_s: float = 1.0
+    watermark_s: float = 5.0
+    trigger_s: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    records_per_message: int = 1000
+    linger_ms: int = 20
+    compression: str = "lz4"
+    #: the capture `netmon demo` replays, relative to the repository (or absolute)
+    demo_capture: str = "samples/mixed-small.pcap"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardConfig:
+    host: str = "127.0.0.1"
+    port: int = 8501
+    refresh_s: float = 3.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    #: the TOML file this came from, if any
+    source: Path | None = None
+
+    def replace(self, **sections: Any) -> Config:
+        """A copy with some keys of some sections changed: ``cfg.replace(kafka={"port": 9999})``."""
+        changes = {
+            name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()
+        }
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "source":
+                continue
+            section = getattr(self, f.name)
+            out[f.name] = {k.name: _plain(getattr(section, k.name)) for k in dataclasses.fields(section)}
+        return out
+
+
+_ENV_OVERRIDES = {
+    "NETMON_STATE_DIR": ("paths", "state_dir"),
+    "NETMON_DATA_DIR": ("paths", "data_dir"),
+    "NETMON_CACHE_DIR": ("paths", "cache_dir"),
+    "NETMON_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
+}
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
+
+
+def _coerce(where: str, value: Any, annotation: Any) -> Any:
+    """Check ``value`` against a (string) annotation from a config dataclass."""
+    hint = eval(annotation, {"Path": Path}) if isinstance(annotation, str) else annotation  # noqa: S307
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        hint = options[0]
+    if hint is Path:
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where}: expected a path (string), got {type(value).__name__}")
+        return Path(value).expanduser()
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool or hint is int or hint is str or hint is float:
+        if type(value) is not hint:
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def _section(where: str, cls: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    return cls(**{k: _coerce(f"{where}.{k}", v, known[k].type) for k, v in raw.items()})
+
+
+def load_config(path: str | Path | None = None, *, env: typing.Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (or ``$NETMON_CONFIG``; built-in defaults when neither), then apply env overrides."""
+    env = os.environ if env is None else env
+    path = path or env.get("NETMON_CONFIG") or None
+    raw: dict[str, Any] = {}
+    source = None
+    if path:
+        source = Path(path).expanduser()
+        try:
+            with source.open("rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: configuration file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    for var, (section, key) in _ENV_OVERRIDES.items():
+        if env.get(var):
+            raw.setdefault(section, {})[key] = env[var]
+    where = str(source) if source else "config"
+    sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
+    unknown = sorted(set(raw) - set(sections))
+    if unknown:
+        raise ConfigError(f"{where}: unknown section [{unknown[0]}] (known: {', '.join(sorted(sections))})")
+    built = {}
+    for name, f in sections.items():
+        if name in raw:
+            cls = typing.get_type_hints(Config)[name]
+            built[name] = _section(f"{where} [{name}]", cls, raw[name])
+    return Config(**built, source=source)
