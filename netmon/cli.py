@@ -7,6 +7,7 @@ imported only when run, so ``netmon broker status`` never imports pyspark or str
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import click
@@ -25,13 +26,19 @@ class LazyGroup(click.Group):
         self.lazy = dict(lazy or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
+        # A subcommand whose module is not there (yet) is simply not offered.
+        ready = {name for name, target in self.lazy.items() if _module_exists(target.partition(":")[0])}
+        return sorted({*super().list_commands(ctx), *ready})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy:
+        if name in self.lazy and _module_exists(self.lazy[name].partition(":")[0]):
             module, _, attr = self.lazy[name].partition(":")
             return getattr(importlib.import_module(module), attr or "command")
         return super().get_command(ctx, name)
+
+
+def _module_exists(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
 
 
 COMMANDS = {

@@ -208,7 +208,7 @@ def load_config(path: str | Path | None = None, *, env: typing.Mapping[str, str]
     if unknown:
         raise ConfigError(f"{where}: unknown section [{unknown[0]}] (known: {', '.join(sorted(sections))})")
     built = {}
-    for name, f in sections.items():
+    for name in sections:
         if name in raw:
             cls = typing.get_type_hints(Config)[name]
             built[name] = _section(f"{where} [{name}]", cls, raw[name])
