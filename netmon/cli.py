@@ -50,9 +50,10 @@ COMMANDS = {
     "dashboard": "netmon.commands.dashboard:command",
     "demo": "netmon.commands.demo:command",
     "eval": "netmon.commands.evaluate:command",
-    "generate": "netmon.commands.generate:command",
+    "parse": "netmon.commands.parse:command",
     "pipeline": "netmon.commands.pipeline:command",
     "replay": "netmon.commands.replay:command",
+    "samples": "netmon.commands.samples:command",
     "setup": "netmon.commands.setup:command",
 }
 

@@ -13,6 +13,7 @@ from netmon.cli import LazyGroup
     lazy={
         "topk": "netmon.commands.analyze_topk:command",
         "distinct": "netmon.commands.analyze_distinct:command",
+        "shedding": "netmon.commands.analyze_shedding:command",
         "join": "netmon.commands.analyze_join:command",
     },
 )

@@ -13,6 +13,7 @@ from netmon.cli import LazyGroup
     lazy={
         "topk": "netmon.commands.eval_topk:command",
         "distinct": "netmon.commands.eval_distinct:command",
+        "shedding": "netmon.commands.eval_shedding:command",
         "join": "netmon.commands.eval_join:command",
     },
 )
