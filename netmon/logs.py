@@ -47,5 +47,6 @@ def setup_logging(verbosity: int = 0, *, json_lines: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Client libraries log every refused connection while a broker starts: only at -vv.
     for noisy in ("kafka", "py4j", "streamlit"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbosity >= 2 else logging.CRITICAL)
