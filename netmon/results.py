@@ -1,0 +1,68 @@
+"""Where results live, and reading them back with pyarrow (no Spark), committed files only.
+
+Spark's file sink records every committed file in ``<dir>/_spark_metadata/`` (one log entry per
+batch, compacted every few batches). A file that is not in that log belongs to a batch that did not
+commit (e.g. the job was killed mid-batch) and will be rewritten on restart: reading the directory
+blindly would count it twice. :func:`read_results` reads exactly the committed files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from netmon.config import Config
+
+__all__ = ["checkpoint_dir", "committed_files", "read_results", "results_dir", "status_file"]
+
+
+def results_dir(cfg: Config, kind: str) -> Path:
+    return Path(cfg.paths.data_dir) / "results" / kind
+
+
+def checkpoint_dir(cfg: Config, kind: str) -> Path:
+    return Path(cfg.paths.data_dir) / "checkpoints" / kind
+
+
+def status_file(cfg: Config) -> Path:
+    return Path(cfg.paths.data_dir) / "status" / "pipeline.json"
+
+
+def _log_entries(log_file: Path) -> list[dict]:
+    lines = log_file.read_text().splitlines()
+    # First line is the log format version ("v1").
+    return [json.loads(line) for line in lines[1:] if line.strip()]
+
+
+def committed_files(directory: Path) -> list[Path]:
+    """The Parquet files of ``directory`` that Spark's sink log says are committed."""
+    meta = Path(directory) / "_spark_metadata"
+    if not meta.is_dir():
+        return []
+    batches: dict[int, Path] = {}
+    for entry in meta.iterdir():
+        stem = entry.name.removesuffix(".compact")
+        if stem.isdigit():
+            batches[int(stem)] = entry
+    if not batches:
+        return []
+    compacts = [b for b, p in batches.items() if p.name.endswith(".compact")]
+    start = max(compacts) if compacts else min(batches)
+    files: dict[str, bool] = {}
+    for batch in sorted(b for b in batches if b >= start):
+        for entry in _log_entries(batches[batch]):
+            path = unquote(urlparse(entry["path"]).path)
+            files[path] = entry.get("action", "add") == "add"
+    return sorted(Path(p) for p, present in files.items() if present and Path(p).exists())
+
+
+def read_results(directory: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """All committed rows of a result directory, or ``None`` when nothing is committed yet."""
+    files = committed_files(directory)
+    if not files:
+        return None
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files], promote_options="default")

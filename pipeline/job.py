@@ -1,0 +1,138 @@
+"""netmon's Spark Structured Streaming application: Kafka in, one query per result kind, Parquet out.
+
+``start_pipeline`` starts the queries on a session; ``Pipeline`` follows their progress (per-batch
+counts of packets, malformed records and late rows dropped by the watermark) and writes a small
+status file the dashboard and ``netmon demo`` read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from netmon.config import Config
+from netmon.results import checkpoint_dir, results_dir, status_file
+from pipeline.source import read_packets
+from pipeline.traffic import build_traffic
+
+__all__ = ["Pipeline", "start_pipeline"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QueryStats:
+    batches: int = 0
+    input_rows: int = 0
+    packets: int = 0
+    malformed: int = 0
+    control: int = 0
+    late_dropped: int = 0
+    last_batch_ms: int = 0
+    state_rows: int = 0
+    last_batch_id: int = -1
+
+
+@dataclass
+class Pipeline:
+    spark: SparkSession
+    cfg: Config
+    queries: dict[str, StreamingQuery]
+    stats: dict[str, QueryStats] = field(default_factory=dict)
+
+    def poll(self) -> dict[str, QueryStats]:
+        """Fold the queries' new progress reports into the totals; write the status file."""
+        for name, query in self.queries.items():
+            st = self.stats.setdefault(name, QueryStats())
+            for progress in query.recentProgress:
+                batch = int(progress["batchId"])
+                if batch <= st.last_batch_id:
+                    continue
+                st.last_batch_id = batch
+                st.batches += 1
+                st.input_rows += int(progress.get("numInputRows") or 0)
+                st.last_batch_ms = int((progress.get("durationMs") or {}).get("triggerExecution", 0))
+                observed = (progress.get("observedMetrics") or {}).get("decode")
+                if observed:
+                    st.packets += int(observed["packets"] or 0)
+                    st.malformed += int(observed["malformed"] or 0)
+                    st.control += int(observed["control"] or 0)
+                ops = progress.get("stateOperators") or []
+                st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
+                st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
+        self._write_status()
+        return self.stats
+
+    def _write_status(self) -> None:
+        path = status_file(self.cfg)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body: dict[str, Any] = {
+            "updated": time.time(),
+            "queries": {
+                name: {**vars(st), "active": self.queries[name].isActive} for name, st in self.stats.items()
+            },
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=1))
+        tmp.replace(path)
+
+    def failed(self) -> str | None:
+        """The first query's exception message, if any query died."""
+        for name, query in self.queries.items():
+            exc = query.exception()
+            if exc is not None:
+                return f"{name}: {str(exc).splitlines()[0]}"
+        return None
+
+    @property
+    def active(self) -> bool:
+        return any(q.isActive for q in self.queries.values())
+
+    def process_all_available(self) -> None:
+        for query in self.queries.values():
+            query.processAllAvailable()
+
+    def await_termination(self, timeout_s: float | None = None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for query in self.queries.values():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            query.awaitTermination(left)
+
+    def stop(self) -> None:
+        for query in self.queries.values():
+            query.stop()
+        self.poll()
+
+
+def _start_parquet(df: DataFrame, cfg: Config, kind: str, *, available_now: bool) -> StreamingQuery:
+    out = results_dir(cfg, kind)
+    out.mkdir(parents=True, exist_ok=True)
+    writer = (
+        df.writeStream.queryName(kind)
+        .format("parquet")
+        .outputMode("append")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint_dir(cfg, kind)))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(cfg.pipeline.trigger_s * 1000)} milliseconds")
+    return writer.start()
+
+
+def start_pipeline(spark: SparkSession, cfg: Config, *, available_now: bool = False) -> Pipeline:
+    """Start the streaming queries; ``available_now`` processes what Kafka holds and stops."""
+    Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
+    packets = read_packets(spark, cfg)
+    traffic = build_traffic(packets, cfg.pipeline.traffic_window_s)
+    queries = {"traffic": _start_parquet(traffic, cfg, "traffic", available_now=available_now)}
+    log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
+    return Pipeline(spark, cfg, queries)

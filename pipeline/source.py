@@ -1,0 +1,97 @@
+"""The Kafka source and the wire-format decoder (``docs/wire-format.md``), native functions only.
+
+``read_packets`` returns the decoded packet stream with the shared record columns, an event-time
+watermark already declared on ``ts``. Watermark control messages take part in the watermark and
+are dropped right after it; malformed lines and messages are counted (``observe``) and skipped.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ingest.schema import SPARK_DDL, WIRE_FORMAT, WIRE_VERSION
+from netmon.config import Config
+
+__all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "read_packets"]
+
+FIELD_COUNT = len(SPARK_DDL.split(","))
+
+
+def _header(name: str) -> Column:
+    return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value").cast("string")
+
+
+def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) -> DataFrame:
+    """Raw Kafka records of the packets topic, from the earliest offset on a fresh checkpoint."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", cfg.kafka.bootstrap)
+        .option("subscribe", topic or cfg.kafka.packets_topic)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        # Retention may delete data a stopped pipeline never read: report it, don't fail the job.
+        .option("failOnDataLoss", "false")
+    )
+    if cfg.spark.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", cfg.spark.max_offsets_per_trigger)
+    return reader.load()
+
+
+def decode_packets(raw: DataFrame, watermark_s: float) -> DataFrame:
+    """Kafka records -> one row per packet (``ts``, ``ts_ns`` and the record columns), watermarked."""
+    # Messages: known format and version, or counted as malformed.
+    known = _header("netmon.format").eqNullSafe(F.lit(WIRE_FORMAT)) & _header("netmon.version").eqNullSafe(
+        F.lit(str(WIRE_VERSION))
+    )
+    messages = raw.select(
+        F.col("value").cast("string").alias("value"),
+        known.alias("known"),
+        _header("netmon.control").alias("control"),
+    )
+    # Lines: one per packet record; a control message is one line holding its event time.
+    lines = messages.select("known", "control", F.explode(F.split(F.col("value"), "\n")).alias("line")).where(
+        F.col("line") != ""
+    )
+    # Records: CSV fields parsed natively; a record must have exactly the format's field count.
+    parsed = lines.select(
+        "known",
+        "control",
+        (F.size(F.split("line", ",", -1)) == FIELD_COUNT).alias("complete"),
+        F.from_csv("line", SPARK_DDL, {"mode": "PERMISSIVE"}).alias("r"),
+        F.when(F.col("control") == "watermark", F.col("line")).alias("control_ts"),
+    )
+    rows = parsed.select(
+        "*",
+        F.coalesce(F.col("r.ts_ns"), F.expr("try_cast(control_ts AS BIGINT)")).alias("event_ns"),
+    )
+    # Both flags are never null, so every line is exactly one of packet, control or malformed.
+    is_packet = F.col("known") & F.col("control").isNull() & F.col("complete") & F.col("r.ts_ns").isNotNull()
+    is_control = (
+        F.col("known")
+        & F.coalesce(F.col("control") == "watermark", F.lit(False))
+        & F.col("event_ns").isNotNull()
+    )
+    counted = rows.observe(
+        "decode",
+        F.count(F.lit(1)).alias("lines"),
+        F.sum(is_packet.cast("long")).alias("packets"),
+        F.sum(is_control.cast("long")).alias("control"),
+        F.sum((~(is_packet | is_control)).cast("long")).alias("malformed"),
+    )
+    # Event time: Spark timestamps are microseconds; ts_ns keeps the exact value.
+    timed = counted.where(is_packet | is_control).select(
+        F.timestamp_micros(F.expr("event_ns div 1000")).alias("ts"),
+        is_control.alias("is_control"),
+        "r.*",
+    )
+    # Declared once, on the decoded stream; control rows advance it and are dropped after it.
+    watermarked = timed.withWatermark("ts", f"{int(watermark_s * 1000)} milliseconds")
+    # The optimizer pushes a filter below the watermark unless it references the event-time
+    # column; pushed down, it would hide control rows from the watermark. `ts` is never null here.
+    return watermarked.where(~F.col("is_control") | F.col("ts").isNull()).drop("is_control")
+
+
+def read_packets(spark: SparkSession, cfg: Config, *, topic: str | None = None) -> DataFrame:
+    """The decoded, watermarked packet stream of the configured topic."""
+    return decode_packets(kafka_stream(spark, cfg, topic=topic), cfg.pipeline.watermark_s)
