@@ -1,0 +1,50 @@
+"""Traffic: packets/s and bytes/s per protocol over event time."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import plotly.express as px
+import streamlit as st
+
+from dashboard import data
+
+cfg = data.config()
+st.title("Traffic")
+
+RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
+choice = st.segmented_control("Time range (event time, up to the newest window)", list(RANGES), default="all")
+
+
+@st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
+def panel() -> None:
+    df = data.traffic(str(cfg.paths.data_dir))
+    if df.empty:
+        st.info(f"No traffic results yet in {cfg.paths.data_dir}/results/traffic — is the pipeline running?")
+        return
+    seconds = RANGES.get(choice or "all")
+    if seconds:
+        df = df[df["window_start"] >= df["window_start"].max() - dt.timedelta(seconds=seconds)]
+    total = df.groupby("window_start", as_index=False)[["packets", "bytes"]].sum()
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Packets", f"{int(df['packets'].sum()):,}")
+    c2.metric("Bytes", f"{int(df['bytes'].sum()):,}")
+    c3.metric("Windows", f"{total.shape[0]:,}")
+    c4.metric("Peak packets/s", f"{df.groupby('window_start')['packets_per_s'].sum().max():,.0f}")
+    fig = px.line(
+        df, x="window_start", y="packets_per_s", color="protocol", title="Packets per second by protocol"
+    )
+    fig.update_layout(xaxis_title="event time (UTC)", yaxis_title="packets/s", legend_title="protocol")
+    st.plotly_chart(fig, width="stretch")
+    fig = px.area(df, x="window_start", y="bits_per_s", color="protocol", title="Bits per second by protocol")
+    fig.update_layout(xaxis_title="event time (UTC)", yaxis_title="bits/s", legend_title="protocol")
+    st.plotly_chart(fig, width="stretch")
+    by_proto = (
+        df.groupby("protocol", as_index=False)[["packets", "bytes"]]
+        .sum()
+        .sort_values("packets", ascending=False)
+    )
+    st.dataframe(by_proto, hide_index=True, width="stretch")
+
+
+panel()

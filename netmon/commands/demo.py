@@ -1,0 +1,39 @@
+"""``netmon demo``: broker + pipeline + replay of a bundled capture + dashboard."""
+
+from __future__ import annotations
+
+import click
+
+from netmon.cli import pass_config
+from netmon.config import Config
+
+
+@click.command("demo")
+@click.option(
+    "--until-done", is_flag=True, help="No dashboard: exit 0 once every replayed packet is in the results."
+)
+@click.option("--capture", help="Capture to replay (default [ingest] demo_capture).")
+@click.option(
+    "--speed",
+    type=float,
+    help="Replay at this multiple of the capture's own pacing (default: as fast as possible).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="--until-done limit, seconds.",
+)
+@pass_config
+def command(
+    cfg: Config, until_done: bool, capture: str | None, speed: float | None, timeout_s: float
+) -> None:
+    """Run everything on this machine and watch a capture flow through it."""
+    from netmon.demo import run_demo
+
+    try:
+        run_demo(cfg, until_done=until_done, capture=capture, timeout_s=timeout_s, speed=speed)
+    except (RuntimeError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,166 @@
+"""``netmon demo``: the whole system on one machine, from a bundled capture to the dashboard.
+
+Broker → topic → Spark pipeline → replay of the sample capture → dashboard. The demo keeps its own
+topic (``netmon.demo.packets``) and data directory (``<data>/demo``) and resets both at each start,
+so a second run shows the same thing as the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from netmon.config import Config
+
+__all__ = ["DemoSummary", "demo_config", "resolve_capture", "run_demo"]
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class DemoSummary:
+    packets_replayed: int
+    packets_in_results: int
+    windows: int
+    elapsed_s: float
+    dashboard_url: str | None = None
+
+    def line(self) -> str:
+        return (
+            f"demo done: {self.packets_replayed:,} packets replayed, {self.packets_in_results:,} in results, "
+            f"{self.windows:,} windows, {self.elapsed_s:.1f} s"
+        )
+
+
+def demo_config(cfg: Config) -> Config:
+    return cfg.replace(
+        paths={"data_dir": Path(cfg.paths.data_dir) / "demo"},
+        kafka={"packets_topic": "netmon.demo.packets"},
+    )
+
+
+def resolve_capture(name: str) -> Path:
+    """A capture path as given, else relative to the repository (the bundled samples)."""
+    for candidate in (Path(name), REPO_ROOT / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"demo capture not found: {name} (looked in . and {REPO_ROOT})")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _results_totals(cfg: Config) -> tuple[int, int]:
+    from netmon.results import read_results, results_dir
+
+    table = read_results(results_dir(cfg, "traffic"), columns=["window_start", "packets"])
+    if table is None:
+        return 0, 0
+    windows = len(set(table.column("window_start").to_pylist()))
+    return int(sum(table.column("packets").to_pylist())), windows
+
+
+def run_demo(
+    cfg: Config,
+    *,
+    until_done: bool,
+    capture: str | None = None,
+    dashboard: bool = True,
+    timeout_s: float = 600.0,
+    speed: float | None = None,
+) -> DemoSummary:
+    """Run the demo; with ``until_done`` return once every replayed packet is in the results."""
+    from ingest.replay import ReplayOptions, replay
+    from netmon.broker import LocalBroker
+    from netmon.kafka_admin import recreate_topic
+    from pipeline.job import start_pipeline
+    from pipeline.session import build_session
+
+    started = time.monotonic()
+    dcfg = demo_config(cfg)
+    capture_path = resolve_capture(capture or cfg.ingest.demo_capture)
+    broker = None
+    if not cfg.kafka.bootstrap_servers:
+        broker = LocalBroker(cfg)
+        was_running = broker.status(with_topics=False).running
+        _say(f"broker: {broker.start().line()}")
+        if was_running:
+            broker = None  # not ours to stop
+    recreate_topic(dcfg.kafka.bootstrap, dcfg.kafka.packets_topic, dcfg.kafka.partitions)
+    shutil.rmtree(dcfg.paths.data_dir, ignore_errors=True)
+
+    _say("pipeline: starting Spark (10-20 s)...")
+    spark = build_session(dcfg, "netmon-demo")
+    pipeline = start_pipeline(spark, dcfg)
+    dash = None
+    url = None
+    try:
+        if dashboard and not until_done:
+            from dashboard.server import start_background, wait_healthy
+
+            url = f"http://{cfg.dashboard.host}:{cfg.dashboard.port}"
+            dash = start_background(dcfg, Path(cfg.paths.state_dir) / "logs" / "dashboard.log")
+            if wait_healthy(url):
+                _say(f"dashboard: {url}")
+            else:
+                _say(f"dashboard did not answer at {url}; see {cfg.paths.state_dir}/logs/dashboard.log")
+
+        _say(f"replay: {capture_path}")
+        options = ReplayOptions(
+            speed=speed,
+            records_per_message=cfg.ingest.records_per_message,
+            linger_ms=cfg.ingest.linger_ms,
+            compression=cfg.ingest.compression,
+            close_windows_s=cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s,
+        )
+        summary = replay(
+            capture_path,
+            bootstrap=dcfg.kafka.bootstrap,
+            topic=dcfg.kafka.packets_topic,
+            options=options,
+            partitions=dcfg.kafka.partitions,
+            progress=True,
+        )
+        expected = int(summary.acknowledged)
+        _say(f"replay: {expected:,} packets acknowledged by Kafka; waiting for the pipeline...")
+        deadline = time.monotonic() + timeout_s
+        packets, windows = 0, 0
+        while time.monotonic() < deadline:
+            pipeline.poll()
+            error = pipeline.failed()
+            if error:
+                raise RuntimeError(f"pipeline failed: {error}")
+            packets, windows = _results_totals(dcfg)
+            if packets >= expected:
+                break
+            time.sleep(1.0)
+        result = DemoSummary(expected, packets, windows, time.monotonic() - started, url)
+        if packets != expected:
+            raise RuntimeError(
+                f"timed out after {timeout_s:.0f}s: {packets:,} of {expected:,} packets in the results"
+            )
+        _say(result.line())
+        if until_done:
+            return result
+        _say("demo running: Ctrl-C stops everything")
+        while True:
+            time.sleep(2.0)
+            pipeline.poll()
+    except KeyboardInterrupt:
+        _say("stopping...")
+        return DemoSummary(0, *_results_totals(dcfg), time.monotonic() - started, url)
+    finally:
+        pipeline.stop()
+        spark.stop()
+        if dash is not None:
+            dash.terminate()
+            dash.wait(10)
+        if broker is not None:
+            _say(f"broker: {broker.stop()}")
