@@ -78,6 +78,7 @@ def run_demo(
 ) -> DemoSummary:
     """Run the demo; with ``until_done`` return once every replayed packet is in the results."""
     from ingest.replay import ReplayOptions, replay
+
     from netmon.broker import LocalBroker
     from netmon.kafka_admin import recreate_topic
     from pipeline.job import start_pipeline
