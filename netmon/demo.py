@@ -97,7 +97,10 @@ def run_demo(
     recreate_topic(dcfg.kafka.bootstrap, dcfg.kafka.packets_topic, dcfg.kafka.partitions)
     shutil.rmtree(dcfg.paths.data_dir, ignore_errors=True)
 
+    from pyspark.sql import SparkSession
+
     _say("pipeline: starting Spark (10-20 s)...")
+    own_session = SparkSession.getActiveSession() is None  # e.g. tests share one session
     spark = build_session(dcfg, "netmon-demo")
     pipeline = start_pipeline(spark, dcfg)
     dash = None
@@ -159,7 +162,8 @@ def run_demo(
         return DemoSummary(0, *_results_totals(dcfg), time.monotonic() - started, url)
     finally:
         pipeline.stop()
-        spark.stop()
+        if own_session:
+            spark.stop()
         if dash is not None:
             dash.terminate()
             dash.wait(10)

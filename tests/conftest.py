@@ -60,3 +60,13 @@ def kafka_broker(netmon_config: Config) -> Iterator[object]:
 def kafka_bootstrap(kafka_broker: object) -> str:
     """``"127.0.0.1:PORT"`` of the session's real broker."""
     return kafka_broker.bootstrap  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def spark(netmon_config: Config) -> Iterator[object]:
+    """The one SparkSession of the test session (JVM start-up is slow), with the Kafka connector."""
+    from pipeline.session import build_session
+
+    session = build_session(netmon_config, "netmon-tests", master="local[2]", ui=False)
+    yield session
+    session.stop()
