@@ -32,6 +32,9 @@ __all__ = [
     "KafkaConfig",
     "PathsConfig",
     "PipelineConfig",
+    "QueriesConfig",
+    "TopKQuery",
+    "DistinctQuery",
     "SparkConfig",
     "load_config",
 ]
@@ -114,6 +117,54 @@ class DashboardConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TopKQuery:
+    """A sliding top-k heavy-hitter query (Golab Alg. 6): ``[[queries.topk]]``."""
+
+    name: str
+    #: a record column or comma-separated columns (analytics.keys)
+    key: str = "src_ip"
+    #: "packets" or "bytes"
+    weight: str = "packets"
+    window_s: float = 60.0
+    sub_window_s: float = 1.0
+    k: int = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistinctQuery:
+    """A sliding distinct-count query over sub-window synopses: ``[[queries.distinct]]``."""
+
+    name: str
+    count: str = "src_ip"
+    #: empty: one global count
+    group_by: str = "dst_ip"
+    window_s: float = 60.0
+    sub_window_s: float = 1.0
+    lg_k: int = 12
+    top: int = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueriesConfig:
+    """The analytic queries the pipeline runs (besides traffic, which always runs)."""
+
+    topk: tuple[TopKQuery, ...] = (
+        TopKQuery(name="top-sources", key="src_ip"),
+        TopKQuery(name="top-destinations-bytes", key="dst_ip", weight="bytes"),
+        TopKQuery(name="top-pairs", key="src_ip,dst_ip"),
+        TopKQuery(name="top-dst-ports", key="proto,dst_port"),
+    )
+    distinct: tuple[DistinctQuery, ...] = (
+        DistinctQuery(name="ddos-sources-per-destination", count="src_ip", group_by="dst_ip"),
+        DistinctQuery(name="scan-ports-per-source", count="dst_port", group_by="src_ip"),
+        DistinctQuery(name="scan-hosts-per-source", count="dst_ip", group_by="src_ip"),
+        DistinctQuery(
+            name="flows-per-protocol", count="src_ip,dst_ip,src_port,dst_port,proto", group_by="proto"
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
@@ -121,6 +172,7 @@ class Config:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    queries: QueriesConfig = field(default_factory=QueriesConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
 
@@ -136,10 +188,11 @@ class Config:
         for f in dataclasses.fields(self):
             if f.name == "source":
                 continue
-            section = getattr(self, f.name)
-            out[f.name] = {k.name: _plain(getattr(section, k.name)) for k in dataclasses.fields(section)}
+            out[f.name] = _plain(getattr(self, f.name))
         return out
 
+
+_QUERY_TYPES = {"TopKQuery": TopKQuery, "DistinctQuery": DistinctQuery}
 
 _ENV_OVERRIDES = {
     "NETMON_STATE_DIR": ("paths", "state_dir"),
@@ -150,12 +203,25 @@ _ENV_OVERRIDES = {
 
 
 def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
     return str(value) if isinstance(value, Path) else value
 
 
 def _coerce(where: str, value: Any, annotation: Any) -> Any:
     """Check ``value`` against a (string) annotation from a config dataclass."""
-    hint = eval(annotation, {"Path": Path}) if isinstance(annotation, str) else annotation  # noqa: S307
+    hint = eval(annotation, {"Path": Path, **_QUERY_TYPES}) if isinstance(annotation, str) else annotation  # noqa: S307
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected an array of tables ([[...]]), got {type(value).__name__}")
+        items = tuple(_section(f"{where}[{i}]", item, v) for i, v in enumerate(value))
+        names = [getattr(q, "name", None) for q in items]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: query names must be unique, got {names}")
+        return items
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
@@ -181,6 +247,13 @@ def _section(where: str, cls: type, raw: Any) -> Any:
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    required = sorted(
+        f.name
+        for f in known.values()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in raw
+    )
+    if required:
+        raise ConfigError(f"{where}: missing required key {required[0]!r}")
     return cls(**{k: _coerce(f"{where}.{k}", v, known[k].type) for k, v in raw.items()})
 
 

@@ -26,6 +26,14 @@ def show(cfg: Config, as_json: bool) -> None:
         return
     click.echo(f"# source: {cfg.source or 'built-in defaults'}")
     for section, values in data.items():
-        click.echo(f"\n[{section}]")
-        for key, value in values.items():
-            click.echo(f"{key} = {json.dumps(value)}")
+        scalars = {k: v for k, v in values.items() if not isinstance(v, list)}
+        if scalars:
+            click.echo(f"\n[{section}]")
+            for key, value in scalars.items():
+                click.echo(f"{key} = {json.dumps(value)}")
+        for key, tables in values.items():
+            if isinstance(tables, list):
+                for table in tables:
+                    click.echo(f"\n[[{section}.{key}]]")
+                    for k, v in table.items():
+                        click.echo(f"{k} = {json.dumps(v)}")

@@ -73,3 +73,26 @@ def test_config_show_cli(tmp_path: Path) -> None:
     assert json.loads(result.output)["spark"]["shuffle_partitions"] == 7
     bad = CliRunner().invoke(cli, ["--config", str(tmp_path / "x.toml"), "config", "show"])
     assert bad.exit_code == 1 and "configuration file not found" in bad.output
+
+
+def test_query_tables_parse_and_show_round_trips(tmp_path: Path) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text('[[queries.topk]]\nname = "ports"\nkey = "proto,dst_port"\nk = 5\n')
+    cfg = load_config(toml, env={})
+    assert [q.name for q in cfg.queries.topk] == ["ports"] and cfg.queries.topk[0].k == 5
+    assert cfg.queries.distinct  # built-in defaults stay when only topk is given
+    args = ["--config", str(toml), "config", "show"]
+    shown = CliRunner().invoke(cli, args, env={"NETMON_CONFIG": ""}).output
+    again = tmp_path / "again.toml"
+    again.write_text(shown)
+    assert load_config(again, env={}).queries == cfg.queries
+
+
+def test_query_errors(tmp_path: Path) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text('[[queries.topk]]\nkey = "src_ip"\n')
+    with pytest.raises(ConfigError, match=r"queries\]\.topk\[0\]: missing required key 'name'"):
+        load_config(toml, env={})
+    toml.write_text('[[queries.topk]]\nname = "a"\n[[queries.topk]]\nname = "a"\n')
+    with pytest.raises(ConfigError, match="unique"):
+        load_config(toml, env={})
