@@ -50,7 +50,7 @@ def _results(cfg: Config) -> dict[tuple[int, int], tuple[int, int]]:
     return out
 
 
-def _wait_for(pipeline: Pipeline, cfg: Config, packets: int, timeout_s: float = 240) -> dict:
+def _wait_for(pipeline: Pipeline, cfg: Config, packets: int, timeout_s: float = 480) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pipeline.poll()
@@ -101,7 +101,7 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
 
     first = start_pipeline(spark, cfg)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while first.poll()["traffic"].batches < 3 if first.poll().get("traffic") else True:
             assert time.monotonic() < deadline, "no batches"
             time.sleep(0.5)

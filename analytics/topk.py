@@ -1,0 +1,559 @@
+"""Sliding-window frequent items from per-sub-window top-k lists (Golab, ch. 6, Algorithm 6).
+
+The window of ``N`` packets (or ``N`` nanoseconds) is cut into ``N/b`` sub-windows of ``b``
+packets (or ``b`` nanoseconds, aligned to multiples of ``b`` in event time). Each sub-window's
+exact counts are reduced to its top-k list; a queue of those lists, global counters summed over
+them and the threshold ``delta`` (the sum of the sub-windows' k-th counts) are all that is kept:
+O(k·N/b) key–count pairs. Items whose summed count exceeds ``delta`` are reported; they are truly
+above ``delta`` (no false positives) and their reported counts never exceed their true counts.
+
+Conventions shared by every implementation (offline, oracle, baselines, Spark), see ``docs/topk.md``:
+
+* a sub-window's top-k: count descending, ties by the key text ascending; with fewer than k
+  distinct keys, all of them and the k-th count is 0;
+* ``delta`` = the sum of the k-th counts of the window's sub-windows;
+* a report each time a sub-window closes and the window then holds exactly ``N/b`` sub-windows
+  (the first at the end of sub-window ``N/b``);
+* reported items: summed count strictly greater than ``delta``, by count descending then key text;
+* a report is ``{"end": ..., "delta": int, "items": [{"key": str, "count": int}, ...]}`` where
+  ``end`` is the number of records counted so far (count-based) or the window's exclusive end
+  time in ISO-8601 UTC (time-based), e.g. ``"2024-05-01T12:00:10.500Z"``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analytics._base import Base
+
+__all__ = ["ExactSlidingTopK", "SubWindowTopK", "format_end", "top_k"]
+
+Report = dict[str, Any]
+Items = tuple[tuple[str, int], ...]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NS_PER_S = 1_000_000_000
+
+
+def top_k(counts: Mapping[str, int], k: int) -> tuple[Items, int]:
+    """A sub-window's top-k list and k-th count under the shared conventions.
+
+    Count descending, ties by key text ascending; with fewer than ``k`` distinct keys all of them
+    and a k-th count of 0. Zero counts are not items.
+
+    >>> top_k({"b": 3, "a": 3, "c": 1}, 2)
+    ((('a', 3), ('b', 3)), 3)
+    >>> top_k({"a": 5}, 2)
+    ((('a', 5),), 0)
+    """
+    items = tuple(heapq.nsmallest(k, ((key, c) for key, c in counts.items() if c), key=_rank))
+    return items, (items[-1][1] if len(items) == k else 0)
+
+
+def _rank(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
+def format_end(end_ns: int) -> str:
+    """A window end (integer nanoseconds since the epoch) as ISO-8601 UTC text.
+
+    Seconds always, then a fraction of 3, 6 or 9 digits only when needed, then ``Z``.
+
+    >>> format_end(1_700_000_010_500_000_000)
+    '2023-11-14T22:13:30.500Z'
+    >>> format_end(0)
+    '1970-01-01T00:00:00Z'
+    """
+    sec, frac = divmod(int(end_ns), _NS_PER_S)
+    text = (_EPOCH + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        digits = f"{frac:09d}"
+        digits = digits[:3] if digits.endswith("000000") else digits[:6] if digits.endswith("000") else digits
+        text += "." + digits
+    return text + "Z"
+
+
+def _to_units(name: str, value: Any, time_based: bool) -> int:
+    """Validate a window parameter and return it in records (count-based) or nanoseconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if isinstance(value, timedelta | np.timedelta64):
+        if not time_based:
+            raise ValueError(f"{name}: a duration needs time_based=True, got {value!r}")
+        if isinstance(value, np.timedelta64):
+            units = int(value.astype("timedelta64[ns]").astype(np.int64))
+        elif hasattr(value, "value"):  # pandas.Timedelta keeps nanoseconds
+            units = int(value.value)
+        else:
+            units = (value.days * 86_400 + value.seconds) * _NS_PER_S + value.microseconds * 1000
+    elif isinstance(value, int | np.integer):
+        units = int(value)
+    else:
+        kind = "an integer number of nanoseconds or a timedelta" if time_based else "an integer"
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    if units < 1:
+        raise ValueError(f"{name}: must be positive, got {value!r}")
+    return units
+
+
+class _SubWindowed(Base):
+    """Shared driver: parameters, the open sub-window, closing, gap filling and report framing.
+
+    Subclasses keep the window's summaries: ``_push(index, counts)`` adds a closed sub-window,
+    ``_pop()`` expires the oldest, ``_delta()`` and ``_items()`` give the report's contents.
+    """
+
+    _VERSION = 1
+
+    def __init__(self, N: int | timedelta, b: int | timedelta, k: int, *, time_based: bool = False) -> None:
+        self.N = N
+        self.b = b
+        self.k = k
+        self.time_based = time_based
+        if not isinstance(time_based, bool):
+            raise ValueError(f"time_based: expected True or False, got {time_based!r}")
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+        self._k = int(k)
+        self._N = _to_units("N", N, time_based)
+        self._b = _to_units("b", b, time_based)
+        if self._N % self._b:
+            raise ValueError(f"N: must be a multiple of b (N={N!r}, b={b!r})")
+        self._n_sub = self._N // self._b
+        self._indexes: deque[int] = deque()  # indexes of the sub-windows in the window, oldest first
+        self._open: dict[str, int] = {}  # exact counts of the open sub-window
+        self._open_records = 0
+        # The open sub-window's index: count-based sub-windows are numbered 0, 1, ... from the start
+        # of the stream; time-based ones are ts_ns // b_ns, unknown until the first seek.
+        self._index: int | None = None if time_based else 0
+
+    # -- feeding the open sub-window ---------------------------------------------------------------
+
+    def update(self, key: str, weight: int = 1) -> Self:
+        """Count one record of ``key`` (with ``weight``: 1 or its bytes) in the open sub-window."""
+        self._check_open(1)
+        w = int(weight)
+        if w < 0:
+            raise ValueError(f"weight: must be >= 0, got {weight!r}")
+        self._open[key] = self._open.get(key, 0) + w
+        self._open_records += 1
+        return self
+
+    def update_many(
+        self, keys: Iterable[str] | pa.Array, weights: Iterable[int] | pa.Array | None = None
+    ) -> Self:
+        """Count many records in the open sub-window (vectorized for pyarrow arrays)."""
+        if isinstance(keys, pa.Array | pa.ChunkedArray):
+            n = len(keys)
+            if keys.null_count:
+                raise ValueError("keys: null keys must be skipped before counting")
+            w = pa.array(np.ones(n, np.int64)) if weights is None else pc.cast(weights, pa.int64())
+            if len(w) != n:
+                raise ValueError(f"weights: expected {n} weights, got {len(w)}")
+            if n and pc.min(w).as_py() < 0:
+                raise ValueError("weights: must be >= 0")
+            self._check_open(n)
+            table = pa.table({"key": keys, "w": w})
+            grouped = table.group_by("key", use_threads=False).aggregate([("w", "sum")])
+            counts = dict(zip(grouped["key"].to_pylist(), grouped["w_sum"].to_pylist(), strict=True))
+            self._add_counts(counts, n)
+            return self
+        keys = list(keys)
+        ws = [1] * len(keys) if weights is None else [int(x) for x in weights]
+        if len(ws) != len(keys):
+            raise ValueError(f"weights: expected {len(keys)} weights, got {len(ws)}")
+        if any(x < 0 for x in ws):
+            raise ValueError("weights: must be >= 0")
+        self._check_open(len(keys))
+        counts: dict[str, int] = {}
+        for key, x in zip(keys, ws, strict=True):
+            counts[key] = counts.get(key, 0) + x
+        self._add_counts(counts, len(keys))
+        return self
+
+    def _add_counts(self, counts: Mapping[str, int], records: int) -> None:
+        for key, c in counts.items():
+            self._open[key] = self._open.get(key, 0) + int(c)
+        self._open_records += records
+
+    def _check_open(self, n: int) -> None:
+        if self._index is None:
+            raise ValueError("index: no open sub-window yet; call seek(ts_ns // b) first (time-based)")
+        if not self.time_based and self._open_records + n > self._b:
+            raise ValueError(
+                f"b: the open sub-window would hold {self._open_records + n} records, more than b={self._b};"
+                " call slide() after every b records"
+            )
+
+    # -- closing sub-windows -----------------------------------------------------------------------
+
+    def slide(self, *, report: bool = True) -> Report | None:
+        """Close the open sub-window and open the next; the report if the window is then full.
+
+        Count-based, the open sub-window must hold exactly ``b`` records. ``report=False`` skips
+        building the report (evaluations that read only some windows).
+        """
+        if self._index is None:
+            raise ValueError("index: no open sub-window yet; call seek(ts_ns // b) first (time-based)")
+        if not self.time_based and self._open_records != self._b:
+            raise ValueError(f"b: the open sub-window holds {self._open_records} records, not b={self._b}")
+        return self._close(report)
+
+    def seek(self, index: int, *, report: bool = True) -> list[Report]:
+        """Time-based: make sub-window ``index`` (``ts_ns // b``) the open one.
+
+        Closes the open sub-window and every empty sub-window before ``index`` (each empty one is a
+        summary with no items that counts toward ``N/b``) and returns their reports, in order.
+        """
+        if not self.time_based:
+            raise ValueError("index: seek() is for time-based windows; count-based ones use slide()")
+        index = int(index)
+        if self._index is None:
+            self._index = index
+            return []
+        if index < self._index:
+            raise ValueError(f"index: sub-window {index} is before the open sub-window {self._index}")
+        return list(self._close_until(index, report))
+
+    def add_subwindow(
+        self, counts: Mapping[str, int], index: int | None = None, *, report: bool = True
+    ) -> list[Report]:
+        """Add an already-counted sub-window: its exact counts, or just its top-k rows.
+
+        Only the top-k list enters the window, so passing all counts or only the top-k rows (as
+        the Spark operator does) gives the same state. ``index``: count-based, the sub-window's
+        number (must be the next one; ``None`` means next); time-based, ``ts_ns // b`` — any
+        skipped sub-windows are closed as empty first. Returns the reports made, in order.
+        """
+        if self._open_records or self._open:
+            raise ValueError("counts: the open sub-window already has per-record updates; call slide() first")
+        if self.time_based:
+            if index is None:
+                raise ValueError("index: required for time-based windows (ts_ns // b)")
+            reports = self.seek(index, report=report)
+        else:
+            if index is not None and int(index) != self._index:
+                raise ValueError(f"index: expected the next sub-window {self._index}, got {index}")
+            reports = []
+        for key, c in counts.items():
+            if int(c) < 0:
+                raise ValueError(f"counts: must be >= 0, got {c!r} for {key!r}")
+        self._open = {key: int(c) for key, c in counts.items()}
+        out = self._close(report)
+        if out is not None:
+            reports.append(out)
+        return reports
+
+    def _close_until(self, index: int, report: bool) -> Iterator[Report]:
+        """Close the open sub-window and the empty ones before ``index`` (time-based)."""
+        assert self._index is not None
+        while self._index < index:
+            out = self._close(report)
+            if out is not None:
+                yield out
+
+    def _close(self, report: bool) -> Report | None:
+        assert self._index is not None
+        index = self._index
+        self._push(index, self._open)
+        self._indexes.append(index)
+        self._open = {}
+        self._open_records = 0
+        self._index = index + 1
+        if len(self._indexes) > self._n_sub:
+            self._indexes.popleft()
+            self._pop()
+        if report and len(self._indexes) == self._n_sub:
+            return self._frame(index)
+        return None
+
+    def _frame(self, index: int) -> Report:
+        end: int | str = (index + 1) * self._b if not self.time_based else format_end((index + 1) * self._b)
+        items = [{"key": key, "count": c} for key, c in self._items()]
+        return {"end": end, "delta": self._delta(), "items": items}
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> int | None:
+        """The open sub-window's index (count-based: its number; time-based: ``ts_ns // b``)."""
+        return self._index
+
+    @property
+    def delta(self) -> int:
+        """The threshold: the sum of the k-th counts of the sub-windows in the window."""
+        return self._delta()
+
+    def top(self) -> list[tuple[str, int]]:
+        """The items above ``delta`` and their counts, by count descending then key text."""
+        return self._items()
+
+    def report(self) -> Report | None:
+        """The report of the current window (as the last closing made it), or None if not full."""
+        if len(self._indexes) != self._n_sub:
+            return None
+        return self._frame(self._indexes[-1])
+
+    # -- subclass hooks ----------------------------------------------------------------------------
+
+    def _push(self, index: int, counts: Mapping[str, int]) -> None:
+        raise NotImplementedError
+
+    def _pop(self) -> None:
+        raise NotImplementedError
+
+    def _delta(self) -> int:
+        raise NotImplementedError
+
+    def _items(self) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+
+class SubWindowTopK(_SubWindowed):
+    """Sliding top-k over ``N/b`` sub-windows (Golab, ch. 6, Alg. 6).
+
+    Each closed sub-window keeps only its exact top-k list (Alg. 6 line 9); global counters hold
+    the sums over the lists (lines 11–17, 21–26) and ``delta`` the sum of the k-th counts (lines 18,
+    20). An item not on a sub-window's list has at most that sub-window's k-th count there, so an
+    item's true count is at most its summed count plus ``delta``: every reported item (summed count
+    ``> delta``) is truly above ``delta``, and reported counts never exceed true counts (§6.2.1).
+    Memory: at most ``k·N/b`` summary pairs plus as many global counters (§6.2.2); ``space``.
+
+    Departures from the pseudocode, fixed so every implementation agrees: the report is made when
+    the window holds exactly ``N/b`` sub-windows (the printed ``sizeOf(Q) > N/b`` test would skip
+    the first full window and keep ``N/b + 1`` lists); the top-k list is made deterministic (ties
+    by key text) and a sub-window with fewer than k keys has a k-th count of 0; time-based
+    windows (§6.2.1, footnote 2) use sub-windows aligned to multiples of ``b`` in event time.
+
+    Parameters
+    ----------
+    N
+        Window length: records (count-based) or a duration (time-based: integer nanoseconds or a
+        ``timedelta``). A multiple of ``b``.
+    b
+        Sub-window length, in the same unit as ``N`` (the thesis' "elements per sub-window").
+    k
+        Length of each sub-window's top-k list, >= 1.
+    time_based
+        ``N`` and ``b`` are durations and sub-window ``i`` holds the records with
+        ``ts_ns // b == i``; feed with ``seek``/``update``/``slide`` or ``add_subwindow``.
+
+    Examples
+    --------
+    >>> topk = SubWindowTopK(N=6, b=3, k=2)
+    >>> topk.update("10.0.0.1").update("10.0.0.1").update("10.0.0.2").slide() is None
+    True
+    >>> topk.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.3"]).slide()
+    {'end': 6, 'delta': 2, 'items': [{'key': '10.0.0.1', 'count': 4}]}
+    >>> topk.space  # two lists of 2 pairs + 3 global counters
+    7
+
+    References
+    ----------
+    .. [1] L. Golab, "Sliding Window Query Processing over Data Streams", PhD thesis, University of
+       Waterloo, 2006, ch. 6, Algorithm 6 and Figure 6.3.
+    """
+
+    def __init__(self, N: int | timedelta, b: int | timedelta, k: int, *, time_based: bool = False) -> None:
+        super().__init__(N, b, k, time_based=time_based)
+        self._summaries: deque[tuple[Items, int]] = deque()  # (top-k list, k-th count), oldest first
+        self._global: dict[str, int] = {}
+        self._delta_sum = 0
+
+    def _push(self, index: int, counts: Mapping[str, int]) -> None:
+        items, kth = top_k(counts, self._k)
+        self._summaries.append((items, kth))
+        g = self._global
+        for key, c in items:
+            g[key] = g.get(key, 0) + c
+        self._delta_sum += kth
+
+    def _pop(self) -> None:
+        items, kth = self._summaries.popleft()
+        g = self._global
+        for key, c in items:
+            left = g[key] - c
+            if left:
+                g[key] = left
+            else:
+                del g[key]
+        self._delta_sum -= kth
+
+    def _delta(self) -> int:
+        return self._delta_sum
+
+    def _items(self) -> list[tuple[str, int]]:
+        d = self._delta_sum
+        return sorted(((key, c) for key, c in self._global.items() if c > d), key=_rank)
+
+    def estimate(self, key: str) -> int:
+        """``key``'s summed count over the window's top-k lists (a lower bound of its true count)."""
+        return self._global.get(key, 0)
+
+    @property
+    def space(self) -> int:
+        """Stored key–count pairs: the top-k lists plus the global counters (Figure 6.3 (e))."""
+        return sum(len(items) for items, _ in self._summaries) + len(self._global)
+
+    def to_bytes(self) -> bytes:
+        """The merge state (parameters, open sub-window index, top-k lists) with a version byte.
+
+        Layout (little-endian): ``B`` version, ``B`` time_based, ``q`` N, ``q`` b (records or ns),
+        ``I`` k, ``B`` has-index, ``q`` open index, ``I`` number of lists; per list ``q`` k-th count,
+        ``I`` items, per item ``I`` UTF-8 length, the key, ``q`` count; then the open sub-window the
+        same way (``q`` records, ``I`` items, items). Global counters and delta are rebuilt.
+        """
+        out = [
+            struct.pack(
+                "<BBqqIBqI",
+                self._VERSION,
+                self.time_based,
+                self._N,
+                self._b,
+                self._k,
+                self._index is not None,
+                self._index or 0,
+                len(self._summaries),
+            )
+        ]
+        for items, kth in self._summaries:
+            out.append(struct.pack("<qI", kth, len(items)))
+            out.extend(_pack_items(items))
+        out.append(struct.pack("<qI", self._open_records, len(self._open)))
+        out.extend(_pack_items(tuple(self._open.items())))
+        return b"".join(out)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SubWindowTopK:
+        """Rebuild from ``to_bytes()``; ``N`` and ``b`` come back as integers (records or ns)."""
+        view = memoryview(data)
+        head = struct.Struct("<BBqqIBqI")
+        version, time_based, n, b, k, has_index, index, n_lists = head.unpack_from(view, 0)
+        if version != cls._VERSION:
+            raise ValueError(f"data: unsupported SubWindowTopK state version {version}")
+        pos = head.size
+        self = cls(n, b, k, time_based=bool(time_based))
+        lists = []
+        for _ in range(n_lists):
+            kth, count = struct.unpack_from("<qI", view, pos)
+            items, pos = _unpack_items(view, pos + 12, count)
+            lists.append((items, kth))
+        open_records, count = struct.unpack_from("<qI", view, pos)
+        open_items, pos = _unpack_items(view, pos + 12, count)
+        if pos != len(data):
+            raise ValueError(f"data: {len(data) - pos} trailing bytes after the SubWindowTopK state")
+        first = (index if has_index else 0) - n_lists
+        for i, (items, kth) in enumerate(lists):
+            self._summaries.append((items, kth))
+            self._indexes.append(first + i)
+            for key, c in items:
+                self._global[key] = self._global.get(key, 0) + c
+            self._delta_sum += kth
+        self._index = index if has_index else None
+        self._open = dict(open_items)
+        self._open_records = open_records
+        return self
+
+
+def _pack_items(items: Iterable[tuple[str, int]]) -> Iterator[bytes]:
+    for key, c in items:
+        raw = key.encode()
+        yield struct.pack("<I", len(raw)) + raw + struct.pack("<q", c)
+
+
+def _unpack_items(view: memoryview, pos: int, count: int) -> tuple[Items, int]:
+    items = []
+    for _ in range(count):
+        (size,) = struct.unpack_from("<I", view, pos)
+        key = bytes(view[pos + 4 : pos + 4 + size]).decode()
+        (c,) = struct.unpack_from("<q", view, pos + 4 + size)
+        items.append((key, c))
+        pos += 12 + size
+    return tuple(items), pos
+
+
+class ExactSlidingTopK(_SubWindowed):
+    """The exact sliding-window oracle for :class:`SubWindowTopK`: true counts, same conventions.
+
+    Keeps every sub-window's full counts. ``delta`` is the same threshold (the sum of the
+    sub-windows' exact k-th counts); the report lists every item whose *true* window count is
+    strictly above ``delta`` with its true count — the set Algorithm 6 may only under-report
+    (Golab §6.2.1: no false positives, possible false negatives; Figure 6.3 (b)).
+
+    Parameters
+    ----------
+    N
+        Window length: records (count-based) or a duration (time-based), a multiple of ``b``.
+    b
+        Sub-window length, in the same unit as ``N``.
+    k
+        Top-k list length defining ``delta``, >= 1.
+    time_based
+        ``N`` and ``b`` are durations (integer nanoseconds or ``timedelta``).
+
+    Examples
+    --------
+    >>> exact = ExactSlidingTopK(N=4, b=2, k=1)
+    >>> exact.update_many(["a", "b"]).slide() is None
+    True
+    >>> exact.update_many(["a", "a"]).slide()
+    {'end': 4, 'delta': 3, 'items': []}
+    >>> exact.update_many(["b", "b"]).slide()
+    {'end': 6, 'delta': 4, 'items': []}
+    >>> exact.estimate("a"), exact.estimate("b")
+    (2, 2)
+
+    References
+    ----------
+    .. [1] L. Golab, "Sliding Window Query Processing over Data Streams", PhD thesis, University of
+       Waterloo, 2006, ch. 6, §6.3.1 (the brute-force algorithm of the experiments).
+    """
+
+    def __init__(self, N: int | timedelta, b: int | timedelta, k: int, *, time_based: bool = False) -> None:
+        super().__init__(N, b, k, time_based=time_based)
+        self._windows: deque[tuple[dict[str, int], int]] = deque()  # (all counts, k-th count)
+        self._counts: dict[str, int] = {}
+        self._delta_sum = 0
+
+    def _push(self, index: int, counts: Mapping[str, int]) -> None:
+        kept = {key: int(c) for key, c in counts.items() if c}
+        kth = top_k(kept, self._k)[1]
+        self._windows.append((kept, kth))
+        for key, c in kept.items():
+            self._counts[key] = self._counts.get(key, 0) + c
+        self._delta_sum += kth
+
+    def _pop(self) -> None:
+        kept, kth = self._windows.popleft()
+        for key, c in kept.items():
+            left = self._counts[key] - c
+            if left:
+                self._counts[key] = left
+            else:
+                del self._counts[key]
+        self._delta_sum -= kth
+
+    def _delta(self) -> int:
+        return self._delta_sum
+
+    def _items(self) -> list[tuple[str, int]]:
+        d = self._delta_sum
+        return sorted(((key, c) for key, c in self._counts.items() if c > d), key=_rank)
+
+    def estimate(self, key: str) -> int:
+        """``key``'s true count in the window."""
+        return self._counts.get(key, 0)
+
+    @property
+    def space(self) -> int:
+        """Stored key–count pairs: every sub-window's full counts plus the window counts."""
+        return sum(len(c) for c, _ in self._windows) + len(self._counts)

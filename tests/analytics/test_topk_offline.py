@@ -1,0 +1,224 @@
+"""The offline top-k query (``analytics.topk_offline``, ``netmon analyze topk``) against brute force."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from analytics.topk import SubWindowTopK, format_end
+from analytics.topk_offline import OfflineTopK, parse_duration
+from ingest.schema import ARROW_SCHEMA
+from tests.analytics.test_topk import brute_reports
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = REPO_ROOT.parent / "shared" / "captures"
+B_NS = 1_000_000_000
+
+
+def make_table(n: int, seed: int, *, late: bool = False) -> pa.Table:
+    """Records with the full schema: some without IPs or ports, timestamps with gaps (and late ones)."""
+    rng = np.random.default_rng(seed)
+    steps = rng.choice([0, 10**6, 3 * 10**8, 4 * B_NS], size=n, p=[0.2, 0.5, 0.27, 0.03])
+    ts = 1_700_000_000 * B_NS + np.cumsum(steps)
+    if late:  # a few timestamps go back by up to 2 s
+        back = rng.random(n) < 0.05
+        ts = ts - back * rng.integers(0, 2 * B_NS, size=n)
+    p = 1 / np.arange(1, 9)
+    src = [f"192.0.2.{int(x)}" for x in rng.choice(8, size=n, p=p / p.sum())]
+    no_ip = rng.random(n) < 0.05
+    no_port = rng.random(n) < 0.2
+    columns = {
+        name: pa.nulls(n, field.type) for name, field in zip(ARROW_SCHEMA.names, ARROW_SCHEMA, strict=True)
+    }
+    columns["ts"] = pa.array(ts, pa.timestamp("ns", tz="UTC"))
+    columns["wire_len"] = pa.array(rng.integers(60, 1514, size=n), pa.int32())
+    columns["src_ip"] = pa.array([None if m else s for s, m in zip(src, no_ip, strict=True)], pa.string())
+    columns["dst_ip"] = pa.array(["198.51.100.1"] * n, pa.string())
+    columns["proto"] = pa.array(rng.choice([6, 17], size=n), pa.int16())
+    ports = rng.choice([53, 80, 443, 8080], size=n)
+    columns["dst_port"] = pa.array(
+        [None if m else int(x) for x, m in zip(ports, no_port, strict=True)], pa.int32()
+    )
+    return pa.table(columns, schema=ARROW_SCHEMA)
+
+
+def records_of(table: pa.Table, key: tuple[str, ...], weight: str) -> list[tuple[int, str, int]]:
+    """(ts_ns, key text, weight) of the records that have the key, in order — plain Python."""
+    cols = {c: table.column(c).to_pylist() for c in (*key, "wire_len")}
+    ts = table.column("ts").cast(pa.int64()).to_pylist()
+    out = []
+    for i in range(table.num_rows):
+        values = [cols[c][i] for c in key]
+        if any(v is None for v in values):
+            continue
+        out.append(
+            (ts[i], ",".join(str(v) for v in values), 1 if weight == "packets" else cols["wire_len"][i])
+        )
+    return out
+
+
+def batches(table: pa.Table, sizes: list[int]) -> list[pa.RecordBatch]:
+    out, pos = [], 0
+    while pos < table.num_rows:
+        size = sizes[len(out) % len(sizes)]
+        out.extend(table.slice(pos, size).to_batches())
+        pos += size
+    return out
+
+
+def brute_count(records, N, b, k, exact=False):
+    subwindows = [[(key, w) for _, key, w in records[i * b : (i + 1) * b]] for i in range(len(records) // b)]
+    return brute_reports(subwindows, N // b, k, lambda i: (i + 1) * b, exact=exact)
+
+
+def brute_time(records, N_ns, b_ns, k, exact=False):
+    kept, high = [], None
+    for ts, key, w in records:  # late: a sub-window before one already seen
+        if high is None or ts // b_ns >= high:
+            kept.append((ts, key, w))
+            high = ts // b_ns
+    first, last = kept[0][0] // b_ns, kept[-1][0] // b_ns
+    subwindows = [[] for _ in range(first, last)]
+    for ts, key, w in kept:
+        if ts // b_ns < last:
+            subwindows[ts // b_ns - first].append((key, w))
+    reports = brute_reports(
+        subwindows, N_ns // b_ns, k, lambda i: format_end((first + i + 1) * b_ns), exact=exact
+    )
+    return reports, len(records) - len(kept)
+
+
+@pytest.mark.parametrize("key", [("src_ip",), ("proto", "dst_port"), ("src_ip", "dst_port")])
+@pytest.mark.parametrize("weight", ["packets", "bytes"])
+@pytest.mark.parametrize("exact", [False, True])
+def test_count_based_equals_brute_force(key, weight, exact) -> None:
+    table = make_table(2000, seed=len(key) + len(weight))
+    records = records_of(table, key, weight)
+    expected = brute_count(records, 200, 50, 3, exact=exact)
+    for sizes in ([2000], [37, 500, 1], [50]):
+        q = OfflineTopK(",".join(key), N=200, b=50, k=3, weight=weight, exact=exact)
+        assert list(q.run(batches(table, sizes))) == expected
+        assert q.records == len(records) and q.skipped == table.num_rows - len(records) > 0
+    # The same as feeding the class record by record.
+    alg, per_record = SubWindowTopK(200, 50, 3), []
+    for i, (_, k_text, w) in enumerate(records):
+        alg.update(k_text, w)
+        if (i + 1) % 50 == 0:
+            per_record += [r for r in [alg.slide()] if r is not None]
+    if not exact:
+        assert per_record == expected
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize(("N", "b", "k"), [("3s", "1s", 2), ("2s", "500ms", 1), ("1s", "1s", 3)])
+def test_time_based_equals_brute_force(late, N, b, k) -> None:
+    table = make_table(1500, seed=7, late=late)
+    records = records_of(table, ("src_ip",), "bytes")
+    expected, n_late = brute_time(records, parse_duration(N), parse_duration(b), k)
+    assert (n_late > 0) == late
+    for sizes in ([1500], [1, 99, 400]):
+        q = OfflineTopK("src_ip", N=N, b=b, k=k, weight="bytes", time_based=True)
+        assert list(q.run(batches(table, sizes))) == expected
+        assert q.late == n_late and q.records == len(records) - n_late
+    # Empty sub-windows occurred and were reported as empty windows.
+    assert any(r["items"] == [] and r["delta"] == 0 for r in expected)
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("10s") == 10 * B_NS
+    assert parse_duration("500ms") == B_NS // 2
+    assert parse_duration("1m") == 60 * B_NS
+    assert parse_duration("2h") == 7200 * B_NS
+    assert parse_duration("250us") == parse_duration("250µs") == 250_000
+    assert parse_duration("1.25s") == 1_250_000_000
+    assert parse_duration(7) == 7
+    for bad in ("10", "s", "1.5ns", "-1s", "10 parsecs"):
+        with pytest.raises(ValueError, match=r"^window: "):
+            parse_duration(bad, "window")
+
+
+def test_parameter_errors() -> None:
+    with pytest.raises(ValueError, match=r"^N: a count-based window takes an integer"):
+        OfflineTopK("src_ip", N="10s", b=5, k=1)
+    with pytest.raises(ValueError, match=r"^weight: expected 'packets' or 'bytes'"):
+        OfflineTopK("src_ip", N=10, b=5, k=1, weight="flows")
+    with pytest.raises(ValueError, match=r"^key: unknown field 'port'"):
+        OfflineTopK("port", N=10, b=5, k=1)
+    with pytest.raises(ValueError, match=r"^N: must be a multiple of b"):
+        OfflineTopK("src_ip", N="10s", b="3s", k=1, time_based=True)
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    from netmon.cli import cli
+
+    return CliRunner().invoke(cli, ["analyze", "topk", *args], catch_exceptions=False)
+
+
+def test_cli_errors_name_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "x.pcap"
+    path.write_bytes(b"")
+    result = invoke(str(path), "--key", "src_ip", "--window", "10s", "--sub-window", "1s", "-k", "2")
+    assert result.exit_code == 2 and "--window" in result.output and "number of packets" in result.output
+    result = invoke(str(path), "--key", "src_ip", "--window", "10", "--sub-window", "3", "-k", "2")
+    assert result.exit_code == 1 and "Error: --window: must be a multiple of b" in result.output
+    result = invoke(str(path), "--key", "src_ip", "--window", "10", "--sub-window", "5", "-k", "0")
+    assert result.exit_code == 1 and "Error: -k: must be an integer >= 1" in result.output
+
+
+@pytest.fixture(scope="module")
+def echo_table() -> pa.Table:
+    path = CAPTURES / "echo-connections.pcap.gz"
+    if not path.is_file():
+        pytest.skip(f"real capture not found at {path}")
+    ingest = pytest.importorskip("ingest")
+    if not hasattr(ingest, "read_records"):
+        pytest.skip("ingest.read_records is not available yet")
+    return pa.Table.from_batches(list(ingest.read_records(path)))
+
+
+def test_real_capture_count_based_cli(echo_table: pa.Table) -> None:
+    path = CAPTURES / "echo-connections.pcap.gz"
+    records = records_of(echo_table, ("src_ip",), "packets")
+    expected = brute_count(records, 10_000, 1_000, 3)
+    result = invoke(str(path), "--key", "src_ip", "--window", "10000", "--sub-window", "1000", "-k", "3")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.output.splitlines()] == expected
+    assert len(expected) == len(records) // 1000 - 9 and any(r["items"] for r in expected)
+    table = invoke(
+        str(path),
+        "--key",
+        "src_ip",
+        "--window",
+        "10000",
+        "--sub-window",
+        "1000",
+        "-k",
+        "3",
+        "--format",
+        "table",
+    )
+    assert table.output.count("delta") == len(expected)
+
+
+def test_real_capture_time_based_bytes_tuple_key(echo_table: pa.Table) -> None:
+    path = CAPTURES / "echo-connections.pcap.gz"
+    records = records_of(echo_table, ("src_ip", "dst_port"), "bytes")
+    span = (records[-1][0] - records[0][0]) / B_NS
+    b_ns = max(int(span / 40 * 1000), 1) * 1_000_000  # about 40 sub-windows, whole milliseconds
+    expected, n_late = brute_time(records, 4 * b_ns, b_ns, 4)
+    result = invoke(
+        str(path), "--key", "src_ip,dst_port", "--weight", "bytes", "--window", f"{4 * b_ns}ns",
+        "--sub-window", f"{b_ns // 1_000_000}ms", "-k", "4", "--time-based",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    lines = [line for line in result.output.splitlines() if line.startswith("{")]
+    assert [json.loads(line) for line in lines] == expected and len(expected) > 10
+    assert (f"{n_late} late records" in result.output) == (n_late > 0)
