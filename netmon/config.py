@@ -98,6 +98,8 @@ class PipelineConfig:
     traffic_window_s: float = 1.0
     watermark_s: float = 5.0
     trigger_s: float = 1.0
+    #: result kinds to run (pipeline.job.KINDS)
+    kinds: tuple[str, ...] = ("traffic",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +215,10 @@ def _plain(value: Any) -> Any:
 def _coerce(where: str, value: Any, annotation: Any) -> Any:
     """Check ``value`` against a (string) annotation from a config dataclass."""
     hint = eval(annotation, {"Path": Path, **_QUERY_TYPES}) if isinstance(annotation, str) else annotation  # noqa: S307
+    if typing.get_origin(hint) is tuple and typing.get_args(hint)[0] is str:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected an array of strings, got {value!r}")
+        return tuple(value)
     if typing.get_origin(hint) is tuple:
         item = typing.get_args(hint)[0]
         if not isinstance(value, list):

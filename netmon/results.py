@@ -61,8 +61,14 @@ def committed_files(directory: Path) -> list[Path]:
 
 
 def read_results(directory: Path, columns: list[str] | None = None) -> pa.Table | None:
-    """All committed rows of a result directory, or ``None`` when nothing is committed yet."""
+    """All committed rows of a result directory, or ``None`` when nothing is committed yet.
+
+    A kind with several queries keeps one sink per query in a subdirectory: they are all read.
+    """
+    directory = Path(directory)
     files = committed_files(directory)
+    if directory.is_dir() and not (directory / "_spark_metadata").is_dir():
+        files = [f for sub in sorted(directory.iterdir()) if sub.is_dir() for f in committed_files(sub)]
     if not files:
         return None
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in files], promote_options="default")

@@ -7,6 +7,7 @@ status file the dashboard and ``netmon demo`` read.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -20,9 +21,15 @@ from pyspark.sql.streaming import StreamingQuery
 from netmon.config import Config
 from netmon.results import checkpoint_dir, results_dir, status_file
 from pipeline.source import read_packets
-from pipeline.traffic import build_traffic
 
-__all__ = ["Pipeline", "start_pipeline"]
+__all__ = ["KINDS", "Pipeline", "start_pipeline"]
+
+#: Result kinds and their builders: ``build(packets, cfg) -> {name: DataFrame}``. Each DataFrame
+#: becomes one streaming query writing ``results/<kind>/`` (a single output) or
+#: ``results/<kind>/<name>/`` (several), with its own checkpoint beside it.
+KINDS: dict[str, str] = {
+    "traffic": "pipeline.traffic:build_traffic_outputs",
+}
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +118,18 @@ class Pipeline:
         self.poll()
 
 
-def _start_parquet(df: DataFrame, cfg: Config, kind: str, *, available_now: bool) -> StreamingQuery:
-    out = results_dir(cfg, kind)
+def _start_parquet(
+    df: DataFrame, cfg: Config, kind: str, name: str, *, single: bool, available_now: bool
+) -> StreamingQuery:
+    out = results_dir(cfg, kind) if single else results_dir(cfg, kind) / name
+    checkpoint = checkpoint_dir(cfg, kind) if single else checkpoint_dir(cfg, kind) / name
     out.mkdir(parents=True, exist_ok=True)
     writer = (
-        df.writeStream.queryName(kind)
+        df.writeStream.queryName(name)
         .format("parquet")
         .outputMode("append")
         .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint_dir(cfg, kind)))
+        .option("checkpointLocation", str(checkpoint))
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -128,11 +138,27 @@ def _start_parquet(df: DataFrame, cfg: Config, kind: str, *, available_now: bool
     return writer.start()
 
 
-def start_pipeline(spark: SparkSession, cfg: Config, *, available_now: bool = False) -> Pipeline:
-    """Start the streaming queries; ``available_now`` processes what Kafka holds and stops."""
+def _builder(kind: str):  # noqa: ANN202
+    module, _, attr = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def start_pipeline(
+    spark: SparkSession, cfg: Config, *, available_now: bool = False, kinds: tuple[str, ...] | None = None
+) -> Pipeline:
+    """Start the streaming queries of ``kinds`` (default ``[pipeline] kinds``).
+
+    ``available_now`` processes what Kafka holds and stops.
+    """
     Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
-    packets = read_packets(spark, cfg)
-    traffic = build_traffic(packets, cfg.pipeline.traffic_window_s)
-    queries = {"traffic": _start_parquet(traffic, cfg, "traffic", available_now=available_now)}
+    queries: dict[str, StreamingQuery] = {}
+    for kind in kinds or cfg.pipeline.kinds:
+        if kind not in KINDS:
+            raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        # Each query reads Kafka on its own: its offsets live in its own checkpoint.
+        outputs = _builder(kind)(read_packets(spark, cfg), cfg)
+        single = len(outputs) == 1 and kind in outputs
+        for name, df in outputs.items():
+            queries[name] = _start_parquet(df, cfg, kind, name, single=single, available_now=available_now)
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
     return Pipeline(spark, cfg, queries)

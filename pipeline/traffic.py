@@ -9,7 +9,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["build_traffic"]
+from netmon.config import Config
+
+__all__ = ["build_traffic", "build_traffic_outputs"]
 
 
 def build_traffic(packets: DataFrame, window_s: float) -> DataFrame:
@@ -25,3 +27,7 @@ def build_traffic(packets: DataFrame, window_s: float) -> DataFrame:
         "packets",
         "bytes",
     )
+
+
+def build_traffic_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
+    return {"traffic": build_traffic(packets, cfg.pipeline.traffic_window_s)}

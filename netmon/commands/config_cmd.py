@@ -26,13 +26,17 @@ def show(cfg: Config, as_json: bool) -> None:
         return
     click.echo(f"# source: {cfg.source or 'built-in defaults'}")
     for section, values in data.items():
-        scalars = {k: v for k, v in values.items() if not isinstance(v, list)}
+
+        def is_tables(v: object) -> bool:
+            return isinstance(v, list) and all(isinstance(t, dict) for t in v) and bool(v)
+
+        scalars = {k: v for k, v in values.items() if not is_tables(v)}
         if scalars:
             click.echo(f"\n[{section}]")
             for key, value in scalars.items():
                 click.echo(f"{key} = {json.dumps(value)}")
         for key, tables in values.items():
-            if isinstance(tables, list):
+            if is_tables(tables):
                 for table in tables:
                     click.echo(f"\n[[{section}.{key}]]")
                     for k, v in table.items():

@@ -1,0 +1,98 @@
+"""``netmon capture --iface IF``: live capture into the packets topic (:func:`ingest.capture.capture`).
+
+Exit codes: 0 done; 1 broker unavailable or records not acknowledged; 2 cannot capture (no
+root/CAP_NET_RAW, unknown interface, bad BPF or filter); 130 interrupted (after flushing).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from netmon.cli import pass_config
+from netmon.config import Config
+
+
+@click.command("capture")
+@click.option("--iface", help="Interface to capture on (see --list-ifaces).")
+@click.option("--bpf", metavar="EXPR", help='Kernel filter, tcpdump syntax: "tcp port 80" (needs libpcap).')
+@click.option("--filter", "filter_", metavar="EXPR", help='netmon field filter on records: "proto=udp".')
+@click.option("--count", type=int, help="Stop after N packets.")
+@click.option("--duration", "duration_s", type=float, help="Stop after S seconds.")
+@click.option("--write-pcap", type=click.Path(dir_okay=False), help="Also write the frames to this pcap.")
+@click.option("--topic", help="Topic to produce to (default [kafka] packets_topic).")
+@click.option("--bootstrap", help="Kafka bootstrap servers (default [kafka] bootstrap).")
+@click.option("--list-ifaces", is_flag=True, help="List the interfaces and exit.")
+@click.option(
+    "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No status line and no summary text.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@pass_config
+def command(
+    cfg: Config,
+    iface: str | None,
+    bpf: str | None,
+    filter_: str | None,
+    count: int | None,
+    duration_s: float | None,
+    write_pcap: str | None,
+    topic: str | None,
+    bootstrap: str | None,
+    list_ifaces: bool,
+    timeout_s: float,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Capture packet headers live (Scapy raw socket, no dissection) and produce them to Kafka."""
+    from ingest.capture import CaptureOptions, LiveCaptureError, capture, list_interfaces
+    from ingest.filters import FilterError
+    from ingest.producer import BrokerUnavailable
+
+    if list_ifaces:
+        for interface in list_interfaces():
+            click.echo(interface.line())
+        return
+    if not iface:
+        _fail("--iface is required (see --list-ifaces)", 2)
+    try:
+        options = CaptureOptions(
+            iface=iface,
+            bpf=bpf,
+            filter=filter_,
+            count=count,
+            duration_s=duration_s,
+            write_pcap=write_pcap,
+            records_per_message=cfg.ingest.records_per_message,
+            linger_ms=cfg.ingest.linger_ms,
+            compression=cfg.ingest.compression,
+        )
+        summary = capture(
+            bootstrap=bootstrap or cfg.kafka.bootstrap,
+            topic=topic or cfg.kafka.packets_topic,
+            options=options,
+            partitions=cfg.kafka.partitions,
+            status=not quiet,
+            timeout_s=timeout_s,
+        )
+    except (LiveCaptureError, FilterError, ValueError) as exc:
+        _fail(str(exc), 2)
+    except BrokerUnavailable as exc:
+        _fail(str(exc), 1)
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    elif not quiet:
+        click.echo("\n".join(summary.lines()))
+    if summary.failed or summary.acknowledged < summary.produced:
+        _fail(
+            f"{summary.produced - summary.acknowledged:,} of {summary.produced:,} records not acknowledged", 1
+        )
+    if summary.interrupted:
+        sys.exit(130)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"netmon capture: error: {message}", err=True)
+    sys.exit(code)

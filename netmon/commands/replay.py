@@ -1,0 +1,109 @@
+"""``netmon replay FILE``: replay a capture into the packets topic (:func:`ingest.replay.replay`).
+
+Exit codes: 0 done; 1 broker unavailable or records not acknowledged; 2 bad input (not a
+capture, damaged file, bad filter or option); 130 interrupted (after flushing and closing).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from netmon.cli import pass_config
+from netmon.config import Config
+
+
+@click.command("replay")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--topic", help="Topic to produce to (default [kafka] packets_topic).")
+@click.option("--bootstrap", help="Kafka bootstrap servers (default [kafka] bootstrap).")
+@click.option("--speed", type=float, help="Original pacing scaled: 1 = as captured, 10 = ten times faster.")
+@click.option("--pps", type=float, help="Fixed rate, packets per second.")
+@click.option("--loop", type=int, default=1, show_default=True, help="Replay N times, event time increasing.")
+@click.option("--rebase-time", is_flag=True, help="Shift timestamps so the first packet is now.")
+@click.option("--limit", type=int, help="Stop after N records produced.")
+@click.option(
+    "--filter", "filter_", metavar="EXPR", help='Keep matching records: "proto=tcp and dst_port=80".'
+)
+@click.option("--iface", help="Value of the iface column (default: from the file).")
+@click.option("--records-per-message", type=int, help="Records per Kafka message (default [ingest]).")
+@click.option("--linger-ms", type=int, help="Producer linger (default [ingest]).")
+@click.option(
+    "--compression", type=click.Choice(["lz4", "zstd", "gzip", "snappy", "none"]), help="Default [ingest]."
+)
+@click.option(
+    "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary text.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@pass_config
+def command(
+    cfg: Config,
+    file: str,
+    topic: str | None,
+    bootstrap: str | None,
+    speed: float | None,
+    pps: float | None,
+    loop: int,
+    rebase_time: bool,
+    limit: int | None,
+    filter_: str | None,
+    iface: str | None,
+    records_per_message: int | None,
+    linger_ms: int | None,
+    compression: str | None,
+    timeout_s: float,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Replay a pcap/pcapng capture (optionally gzip-compressed) into Kafka."""
+    from ingest.errors import CaptureError
+    from ingest.filters import FilterError
+    from ingest.producer import BrokerUnavailable
+    from ingest.replay import ReplayOptions, replay
+
+    try:
+        options = ReplayOptions(
+            speed=speed,
+            pps=pps,
+            loop=loop,
+            rebase_time=rebase_time,
+            limit=limit,
+            filter=filter_,
+            iface=iface,
+            records_per_message=records_per_message or cfg.ingest.records_per_message,
+            linger_ms=cfg.ingest.linger_ms if linger_ms is None else linger_ms,
+            compression=compression or cfg.ingest.compression,
+        )
+        summary = replay(
+            file,
+            bootstrap=bootstrap or cfg.kafka.bootstrap,
+            topic=topic or cfg.kafka.packets_topic,
+            options=options,
+            partitions=cfg.kafka.partitions,
+            progress=not quiet,
+            timeout_s=timeout_s,
+        )
+    except (CaptureError, FilterError, ValueError) as exc:
+        _fail(str(exc), 2)
+    except BrokerUnavailable as exc:
+        _fail(str(exc), 1)
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    elif not quiet:
+        click.echo("\n".join(summary.lines()))
+    if summary.error:
+        _fail(summary.error, 2)
+    if summary.failed or summary.acknowledged < summary.produced:
+        _fail(
+            f"{summary.produced - summary.acknowledged:,} of {summary.produced:,} records not acknowledged", 1
+        )
+    if summary.interrupted:
+        sys.exit(130)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"netmon replay: error: {message}", err=True)
+    sys.exit(code)
