@@ -1,0 +1,352 @@
+"""A distinct-count query over packet record batches, offline: one report per closed sub-window.
+
+This is what ``netmon analyze distinct`` runs. The conventions (``docs/distinct.md``) are the
+ones the Spark job follows:
+
+- Sub-window ``i`` covers event times ``[i*b, (i+1)*b)`` (``i = ts_ns // b_ns``), aligned like
+  Spark's tumbling windows. The window closing with sub-window ``i`` covers ``[(i+1)*b - N, (i+1)*b)``
+  and its report carries ``end = (i+1)*b`` (exclusive, ISO-8601 UTC).
+- Sub-window ``i`` closes once the largest timestamp seen so far reaches ``(i+1)*b + watermark``
+  (watermark 0: at the first record of a later sub-window), as Spark closes it. Sub-windows still
+  open at the end of the input are not closed (the streaming job would not close them either).
+  A record whose sub-window has already closed is *late*: counted in :class:`OfflineStats`, not
+  in any window.
+- One report per closed sub-window whose window holds at least one item. The first report comes
+  at the end of the first sub-window; early windows reach back before the first packet, where
+  there was no traffic. Windows with no items give no report (Spark has no rows for them).
+  ``full_windows=True`` instead waits until N/b sub-windows have elapsed since the first record,
+  the top-k issue's convention.
+- A report lists groups by distinct count descending, then group text ascending (code-point order,
+  which is also UTF-8 byte order), cut to ``top``.
+- Records whose counted key or group key is null are skipped (``OfflineStats.skipped``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from itertools import repeat
+from typing import Any, Protocol, Self
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct
+from analytics.distinct_queries import DistinctQuery
+from analytics.keys import key_text
+
+__all__ = [
+    "DistinctReport",
+    "Engine",
+    "OfflineStats",
+    "distinct_reports",
+    "exact_oracle",
+    "iso_utc",
+    "parse_duration_ns",
+    "run_engine",
+    "seconds_to_ns",
+]
+
+_UNITS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|h)?\s*$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NEVER = -(2**62)
+
+
+def parse_duration_ns(text: str, *, name: str = "duration") -> int:
+    """``"10s"``, ``"500ms"``, ``"1.5m"``, ``"250us"``, ``"2h"`` (bare numbers: seconds) -> ns.
+
+    >>> parse_duration_ns("1.5s"), parse_duration_ns("250ms"), parse_duration_ns("2")
+    (1500000000, 250000000, 2000000000)
+    """
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{name}: cannot parse duration {text!r} (e.g. 10s, 500ms, 1m)")
+    ns = Decimal(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if ns != ns.to_integral_value() or ns <= 0:
+        raise ValueError(f"{name}: {text!r} is not a positive whole number of nanoseconds")
+    return int(ns)
+
+
+def seconds_to_ns(seconds: float, *, name: str = "seconds") -> int:
+    """Seconds (as written, e.g. ``0.1``) to integer nanoseconds, exactly.
+
+    >>> seconds_to_ns(0.1)
+    100000000
+    """
+    try:
+        ns = Decimal(str(seconds)) * 10**9
+    except InvalidOperation:
+        raise ValueError(f"{name}: not a number of seconds: {seconds!r}") from None
+    if ns != ns.to_integral_value() or ns <= 0:
+        raise ValueError(f"{name}: {seconds!r} s is not a positive whole number of nanoseconds")
+    return int(ns)
+
+
+def iso_utc(ns: int) -> str:
+    """Nanoseconds since the epoch as ISO-8601 UTC with ``Z``.
+
+    The fraction is printed only when it is non-zero, with 3, 6 or 9 digits (whole milliseconds,
+    microseconds, or else): the same text as ``analytics.topk.format_end``.
+
+    >>> iso_utc(1_700_000_010_000_000_000), iso_utc(1_250_000_000)
+    ('2023-11-14T22:13:30Z', '1970-01-01T00:00:01.250Z')
+    >>> iso_utc(1_500_000), iso_utc(1)
+    ('1970-01-01T00:00:00.001500Z', '1970-01-01T00:00:00.000000001Z')
+    """
+    sec, frac = divmod(ns, 10**9)
+    text = (_EPOCH + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        digits = f"{frac:09d}"
+        text += "." + (digits[:3] if frac % 10**6 == 0 else digits[:6] if frac % 1000 == 0 else digits)
+    return text + "Z"
+
+
+@dataclass(frozen=True)
+class DistinctReport:
+    """One slide's answer: the window's exclusive end, and (group, distinct) pairs in order."""
+
+    end_ns: int
+    groups: tuple[tuple[str, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"end": "<ISO-8601>", "groups": [{"group": ..., "distinct": ...}, ...]}``."""
+        return {"end": iso_utc(self.end_ns), "groups": [{"group": g, "distinct": n} for g, n in self.groups]}
+
+
+@dataclass
+class OfflineStats:
+    """What a run saw: records read, counted, skipped (null key or time), late, reports made."""
+
+    records: int = 0
+    counted: int = 0
+    skipped: int = 0
+    late: int = 0
+    slides: int = 0
+    reports: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return dict(self.__dict__)
+
+
+class Engine(Protocol):
+    """The interface shared by :class:`SubWindowDistinct` and :class:`ExactSlidingDistinct`."""
+
+    N: int
+    b: int
+
+    def update(self, item: str, group: str = "") -> Self: ...
+    def slide(self) -> Self: ...
+    def estimate(self) -> dict[str, int]: ...
+    def is_empty(self) -> bool: ...
+
+
+@dataclass
+class _Chunk:
+    """One batch decoded for a query: timestamps, validity, and key texts as object arrays."""
+
+    ts: np.ndarray  # int64 ns (0 where null)
+    has_ts: np.ndarray  # bool
+    valid: np.ndarray  # bool: counted key and group key present
+    items: np.ndarray  # object (str | None)
+    groups: np.ndarray | None  # object, or None for a global count
+
+
+def _decode(batch: pa.RecordBatch | pa.Table, query: DistinctQuery) -> _Chunk:
+    needed = ("ts", *query.count, *query.group_by)
+    missing = [c for c in needed if c not in batch.schema.names]
+    if missing:
+        raise ValueError(f"batches: missing column(s) {', '.join(missing)} for query {query.name!r}")
+    ts_col = batch.column("ts")
+    if isinstance(ts_col, pa.ChunkedArray):
+        ts_col = ts_col.combine_chunks()
+    has_ts = ts_col.is_valid().to_numpy(zero_copy_only=False)
+    ts = pc.cast(ts_col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    items = key_text(batch, query.count)
+    valid = items.is_valid().to_numpy(zero_copy_only=False)
+    groups = None
+    if query.group_by:
+        g = key_text(batch, query.group_by)
+        valid = valid & g.is_valid().to_numpy(zero_copy_only=False)
+        groups = g.to_numpy(zero_copy_only=False)
+    return _Chunk(ts, has_ts, valid, items.to_numpy(zero_copy_only=False), groups)
+
+
+@dataclass
+class _Driver:
+    """Event time -> pending sub-windows -> engine slides -> reports (see the module docstring)."""
+
+    engine: Engine
+    watermark_ns: int = 0
+    full_windows: bool = False
+    top: int | None = None
+    stats: OfflineStats = field(default_factory=OfflineStats)
+
+    def __post_init__(self) -> None:
+        self.b = self.engine.b
+        self.n = self.engine.N // self.engine.b
+        self.pending: dict[int, dict[tuple[str, str], None]] = {}
+        self.closed_through = _NEVER  # every sub-window <= this is closed
+        self.next: int | None = None  # the engine's open sub-window; None while idle
+        self.first: int | None = None
+        self.max_ts = _NEVER
+
+    def feed(self, chunk: _Chunk) -> Iterator[DistinctReport]:
+        st, b = self.stats, self.b
+        st.records += len(chunk.ts)
+        if not len(chunk.ts):
+            return
+        idx = np.floor_divide(chunk.ts, b)
+        timed = np.flatnonzero(chunk.has_ts)
+        if timed.size:
+            if self.first is None:
+                self.first = int(idx[timed[0]])
+                st.first_ns = int(chunk.ts[timed[0]])
+        # Closable sub-window after each record, from the running maximum timestamp.
+        runmax = np.maximum.accumulate(np.where(chunk.has_ts, chunk.ts, _NEVER))
+        runmax = np.maximum(runmax, self.max_ts)
+        closable = np.where(runmax > _NEVER, (runmax - self.watermark_ns) // b - 1, _NEVER)
+        before = np.concatenate(([self.closed_through], closable[:-1]))
+        before = np.maximum(before, self.closed_through)
+        counted = chunk.has_ts & chunk.valid
+        late = counted & (idx <= before)
+        use = np.flatnonzero(counted & ~late)
+        st.skipped += int(len(chunk.ts) - counted.sum())
+        st.late += int(late.sum())
+        st.counted += int(use.size)
+        if use.size:
+            self._stash(idx[use], chunk.items[use], None if chunk.groups is None else chunk.groups[use])
+        self.max_ts = int(runmax[-1])
+        if self.max_ts > _NEVER:
+            st.last_ns = self.max_ts
+        yield from self._close_through(int(closable[-1]))
+
+    def _stash(self, idx: np.ndarray, items: np.ndarray, groups: np.ndarray | None) -> None:
+        cuts = np.flatnonzero(np.diff(idx)) + 1
+        for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [idx.size])), strict=True):
+            i = int(idx[lo])
+            g = repeat("") if groups is None else groups[lo:hi]
+            # Unique (group, item) pairs in first-arrival order: HLL sketches see file order.
+            self.pending.setdefault(i, {}).update(dict.fromkeys(zip(g, items[lo:hi], strict=False)))
+            if self.next is None or i < self.next:
+                self.next = i
+
+    def _close_through(self, c: int) -> Iterator[DistinctReport]:
+        if c <= self.closed_through:
+            return
+        self.closed_through = c
+        eng = self.engine
+        while self.next is not None and self.next <= c:
+            i = self.next
+            if i not in self.pending and eng.is_empty():
+                # Nothing in the window and nothing here: jump to the next sub-window with data.
+                # The engine then holds only empty sub-windows, the same state as sliding there.
+                ahead = [k for k in self.pending if k <= c]
+                if not ahead:
+                    self.next = min(self.pending) if self.pending else None
+                    return
+                i = min(ahead)
+            for g, it in self.pending.pop(i, {}):
+                eng.update(it, g)
+            eng.slide()
+            self.stats.slides += 1
+            self.next = i + 1
+            if eng.is_empty():
+                continue
+            if self.full_windows and self.first is not None and i - self.first + 1 < self.n:
+                continue
+            self.stats.reports += 1
+            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top))
+
+
+def _ranked(counts: dict[str, int], top: int | None) -> tuple[tuple[str, int], ...]:
+    def key(kv: tuple[str, int]) -> tuple[int, str]:
+        return (-kv[1], kv[0])
+
+    if top is None or top >= len(counts):
+        return tuple(sorted(counts.items(), key=key))
+    return tuple(heapq.nsmallest(top, counts.items(), key=key))
+
+
+def _check_options(top: int | None, watermark_ns: int) -> None:
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"top: expected a positive integer or None (all groups), got {top!r}")
+    if isinstance(watermark_ns, bool) or not isinstance(watermark_ns, int) or watermark_ns < 0:
+        raise ValueError(f"watermark_ns: expected a non-negative integer, got {watermark_ns!r}")
+
+
+def run_engine(
+    engine: Engine,
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    query: DistinctQuery,
+    *,
+    top: int | None = None,
+    watermark_ns: int = 0,
+    full_windows: bool = False,
+    stats: OfflineStats | None = None,
+) -> Iterator[DistinctReport]:
+    """Drive any engine with the shared interface (synopsis or oracle) over record batches.
+
+    ``engine.N`` and ``engine.b`` are the window and sub-window in nanoseconds. Options are
+    checked at once; the batches are read lazily, as the reports are consumed.
+    """
+    _check_options(top, watermark_ns)
+    driver = _Driver(engine, watermark_ns, full_windows, top, stats if stats is not None else OfflineStats())
+    return _run(driver, batches, query)
+
+
+def _run(
+    driver: _Driver, batches: Iterable[pa.RecordBatch | pa.Table], query: DistinctQuery
+) -> Iterator[DistinctReport]:
+    for batch in batches:
+        yield from driver.feed(_decode(batch, query))
+
+
+def distinct_reports(
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    query: DistinctQuery,
+    *,
+    exact: bool = False,
+    lg_k: int = 12,
+    top: int | None = None,
+    watermark_ns: int = 0,
+    full_windows: bool = False,
+    stats: OfflineStats | None = None,
+) -> Iterator[DistinctReport]:
+    """Run ``query`` over record batches (:data:`ingest.schema.ARROW_SCHEMA`, file order).
+
+    Yields one :class:`DistinctReport` per closed sub-window whose window holds an item, using
+    a :class:`SubWindowDistinct` (HLL sketches, or exact sets with ``exact=True``).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = pa.table({"ts": pa.array([0, 10**9, 2 * 10**9], pa.timestamp("ns", tz="UTC")),
+    ...               "src_ip": ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "dst_ip": ["192.0.2.7"] * 3})
+    >>> q = DistinctQuery(name="ddos", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=1)
+    >>> [r.to_json() for r in distinct_reports([t], q)][-1]  # 10.0.0.3's sub-window stays open
+    {'end': '1970-01-01T00:00:02Z', 'groups': [{'group': '192.0.2.7', 'distinct': 2}]}
+    """
+    engine = SubWindowDistinct(
+        seconds_to_ns(query.window_s, name="window_s"),
+        seconds_to_ns(query.sub_window_s, name="sub_window_s"),
+        lg_k=lg_k,
+        exact=exact,
+    )
+    return run_engine(
+        engine, batches, query, top=top, watermark_ns=watermark_ns, full_windows=full_windows, stats=stats
+    )
+
+
+def exact_oracle(query: DistinctQuery) -> ExactSlidingDistinct:
+    """The brute-force engine for ``query`` (tests and the accuracy benchmark)."""
+    return ExactSlidingDistinct(
+        seconds_to_ns(query.window_s, name="window_s"), seconds_to_ns(query.sub_window_s, name="sub_window_s")
+    )
