@@ -29,6 +29,8 @@ __all__ = ["KINDS", "Pipeline", "start_pipeline"]
 #: ``results/<kind>/<name>/`` (several), with its own checkpoint beside it.
 KINDS: dict[str, str] = {
     "traffic": "pipeline.traffic:build_traffic_outputs",
+    "topk": "pipeline.topk:build_topk_outputs",
+    "distinct": "pipeline.distinct:build_distinct_outputs",
 }
 
 log = logging.getLogger(__name__)
