@@ -33,7 +33,7 @@ class DemoSummary:
 
     def line(self) -> str:
         return (
-            f"demo done: {self.packets_replayed:,} packets replayed, {self.packets_in_results:,} in results, "
+            f"{self.packets_replayed:,} packets replayed, {self.packets_in_results:,} in results, "
             f"{self.windows:,} windows, {self.elapsed_s:.1f} s"
         )
 
@@ -78,7 +78,6 @@ def run_demo(
 ) -> DemoSummary:
     """Run the demo; with ``until_done`` return once every replayed packet is in the results."""
     from ingest.replay import ReplayOptions, replay
-
     from netmon.broker import LocalBroker
     from netmon.kafka_admin import recreate_topic
     from pipeline.job import start_pipeline
@@ -163,6 +162,8 @@ def run_demo(
     finally:
         pipeline.stop()
         if own_session:
+            # State-store maintenance threads log a stack trace when the context stops under them.
+            spark.sparkContext.setLogLevel("OFF")
             spark.stop()
         if dash is not None:
             dash.terminate()

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ingest.replay import ReplayOptions, replay
 
+from ingest.replay import ReplayOptions, replay
 from netmon.config import Config
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir
