@@ -71,6 +71,8 @@ class KafkaConfig:
     port: int = 9092
     controller_port: int = 9093
     packets_topic: str = "netmon.packets"
+    #: results go to ``<prefix><kind>`` (netmon.traffic, netmon.topk, ...)
+    results_topic_prefix: str = "netmon."
     partitions: int = 2
     #: JVM heap of the local broker
     heap: str = "512m"
@@ -100,6 +102,8 @@ class PipelineConfig:
     trigger_s: float = 1.0
     #: result kinds to run (pipeline.job.KINDS)
     kinds: tuple[str, ...] = ("traffic",)
+    #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
+    publish_results: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

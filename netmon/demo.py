@@ -41,7 +41,7 @@ class DemoSummary:
 def demo_config(cfg: Config) -> Config:
     return cfg.replace(
         paths={"data_dir": Path(cfg.paths.data_dir) / "demo"},
-        kafka={"packets_topic": "netmon.demo.packets"},
+        kafka={"packets_topic": "netmon.demo.packets", "results_topic_prefix": "netmon.demo."},
     )
 
 

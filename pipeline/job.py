@@ -20,6 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from netmon.config import Config
 from netmon.results import checkpoint_dir, results_dir, status_file
+from pipeline.publish import ResultPublisher
 from pipeline.source import read_packets
 
 __all__ = ["KINDS", "Pipeline", "start_pipeline"]
@@ -55,6 +56,8 @@ class Pipeline:
     cfg: Config
     queries: dict[str, StreamingQuery]
     stats: dict[str, QueryStats] = field(default_factory=dict)
+    #: republishes committed results to Kafka topics ``netmon.<kind>`` (None: Parquet only)
+    publisher: ResultPublisher | None = None
 
     def poll(self) -> dict[str, QueryStats]:
         """Fold the queries' new progress reports into the totals; write the status file."""
@@ -76,6 +79,8 @@ class Pipeline:
                 ops = progress.get("stateOperators") or []
                 st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
                 st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
+        if self.publisher is not None:
+            self.publisher.publish()
         self._write_status()
         return self.stats
 
@@ -118,6 +123,8 @@ class Pipeline:
         for query in self.queries.values():
             query.stop()
         self.poll()
+        if self.publisher is not None:
+            self.publisher.close()
 
 
 def _start_parquet(
@@ -163,4 +170,6 @@ def start_pipeline(
         for name, df in outputs.items():
             queries[name] = _start_parquet(df, cfg, kind, name, single=single, available_now=available_now)
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
-    return Pipeline(spark, cfg, queries)
+    chosen = tuple(kinds or cfg.pipeline.kinds)
+    publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
+    return Pipeline(spark, cfg, queries, publisher=publisher)

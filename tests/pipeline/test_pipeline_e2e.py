@@ -23,7 +23,7 @@ SAMPLE = REPO_ROOT / "samples" / "mixed-small.pcap"
 def _config(base: Config, tmp_path: Path, topic: str, **spark: object) -> Config:
     return base.replace(
         paths={"data_dir": tmp_path / "data"},
-        kafka={"packets_topic": topic},
+        kafka={"packets_topic": topic, "results_topic_prefix": f"{topic}."},
         spark=spark or {},
     )
 
@@ -75,6 +75,35 @@ def test_window_counts_equal_brute_force(spark, kafka_bootstrap, netmon_config, 
     assert got == expected
     stats = pipeline.stats["traffic"]
     assert stats.packets == acked and stats.malformed == 0 and stats.late_dropped == 0
+    # The same rows, republished as JSON on the results topic.
+    published = _consume_json(cfg.kafka.bootstrap, f"{cfg.kafka.packets_topic}.traffic", len(got))
+    assert {(r["window_start"], r["proto"]): (r["packets"], r["bytes"]) for r in published} == {
+        (_iso(w), p): v for (w, p), v in got.items()
+    }
+
+
+def _iso(ns: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _consume_json(bootstrap: str, topic: str, count: int) -> list[dict]:
+    import json
+
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000
+    )
+    rows = []
+    for message in consumer:
+        assert dict(message.headers)["netmon.kind"] == b"traffic"
+        rows.append(json.loads(message.value))
+        if len(rows) >= count:
+            break
+    consumer.close()
+    return rows
 
 
 def test_restart_from_checkpoint_loses_and_repeats_nothing(
