@@ -42,6 +42,7 @@ def _module_exists(name: str) -> bool:
 
 
 COMMANDS = {
+    "alerts": "netmon.commands.alerts:command",
     "analyze": "netmon.commands.analyze:command",
     "bench": "netmon.commands.bench:command",
     "broker": "netmon.commands.broker:command",
