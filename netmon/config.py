@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from alerts.config import AlertRule, AlertsConfig, AlertTarget
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -179,6 +181,7 @@ class Config:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     queries: QueriesConfig = field(default_factory=QueriesConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
 
@@ -198,7 +201,12 @@ class Config:
         return out
 
 
-_QUERY_TYPES = {"TopKQuery": TopKQuery, "DistinctQuery": DistinctQuery}
+_QUERY_TYPES = {
+    "TopKQuery": TopKQuery,
+    "DistinctQuery": DistinctQuery,
+    "AlertRule": AlertRule,
+    "AlertTarget": AlertTarget,
+}
 
 _ENV_OVERRIDES = {
     "NETMON_STATE_DIR": ("paths", "state_dir"),
@@ -210,7 +218,11 @@ _ENV_OVERRIDES = {
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # Secrets (fields declared repr=False) are never printed.
+        return {
+            f.name: "***" if not f.repr and getattr(value, f.name) else _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     return str(value) if isinstance(value, Path) else value

@@ -1,0 +1,384 @@
+"""The ``[alerts]`` section of ``netmon.toml``: rules, webhook targets, delivery settings.
+
+Frozen keyword-only dataclasses, like the other sections of :mod:`netmon.config`, which composes
+:class:`AlertsConfig` as ``Config.alerts``. Rules are ``[[alerts.rules]]`` tables and targets
+``[[alerts.targets]]`` tables. Secrets (``secret``, ``routing_key``, and ``url``, since chat
+webhook URLs embed a token) are ``field(repr=False)`` and can come from environment variables
+(``secret_env``, ``routing_key_env``) instead of the file.
+
+This module imports nothing from netmon at import time (``netmon.config`` imports it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+import typing
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "AGGREGATES",
+    "FORMATS",
+    "KINDS",
+    "OPS",
+    "SEVERITIES",
+    "AlertRule",
+    "AlertTarget",
+    "AlertsConfig",
+    "alerts_config",
+    "load_alerts",
+    "parse_comparison",
+]
+
+#: the result kinds a rule can read (topics ``<prefix><kind>``)
+KINDS = ("traffic", "topk", "distinct", "joins", "shedding")
+#: comparison operators of a condition
+OPS = (">", ">=", "<", "<=", "==", "!=")
+#: severities, lowest first (PagerDuty Events v2 uses the same four)
+SEVERITIES = ("info", "warning", "error", "critical")
+#: payload formats of a target
+FORMATS = ("json", "slack", "pagerduty")
+#: how the rows of one report (or window) with the same subject combine
+AGGREGATES = ("max", "sum", "count", "distinct")
+
+_COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?[0-9.eE+]+)\s*$")
+
+
+def _error(message: str) -> Exception:
+    # netmon.config is fully imported whenever a config object is built; importing it lazily here
+    # avoids the import cycle and lets ``netmon`` report the problem like any other config error.
+    try:
+        from netmon.config import ConfigError
+    except ImportError:  # pragma: no cover - netmon is always installed with alerts
+        return ValueError(message)
+    return ConfigError(message)
+
+
+def parse_comparison(text: str) -> tuple[str, float] | None:
+    """``">= 500"`` → ``(">=", 500.0)``; None when ``text`` is not a comparison.
+
+    >>> parse_comparison(">=1000"), parse_comparison("10.0.0.5")
+    (('>=', 1000.0), None)
+    """
+    m = _COMPARISON.match(text)
+    if not m:
+        return None
+    try:
+        return m.group(1), float(m.group(2))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertRule:
+    """One alert rule: ``[[alerts.rules]]``.
+
+    A result row of kind ``source`` (and query ``query``, if given) that passes the ``where``
+    filters *holds* for its subject when ``field op threshold``. The alert fires once the
+    condition has held in every report for ``for_s`` seconds of event time, and resolves at the
+    first report in which it no longer holds. Per (rule, subject) at most ``max_notifications``
+    notifications go out in any ``cooldown_s`` seconds of event time (the rearm limit).
+    """
+
+    name: str
+    #: the result kind: traffic, topk, distinct, joins, shedding
+    source: str
+    #: the row's column or derived value compared (topk ``share``; traffic ``packets_per_s``, ...);
+    #: with aggregate "distinct", the column whose distinct values are counted
+    field: str = ""
+    op: str = ">"
+    threshold: float
+    #: only rows of this query (empty: every query of the kind)
+    query: str = ""
+    #: column(s), comma-separated, naming what the alert is about (empty: the query)
+    subject: str = ""
+    #: what the subject is to a reader: "victim", "scanner", "destination" (default: the column)
+    subject_label: str = ""
+    #: row filters: a value means equality, a string like ">= 500" a numeric comparison
+    where: dict[str, str | int | float | bool] = dataclasses.field(default_factory=dict)
+    #: a subject's rows of one report or window: "max" (any row holds), "sum" (their total),
+    #: "count" (how many rows), "distinct" (how many distinct values of ``field``)
+    aggregate: str = "max"
+    #: > 0: rows are events, counted in tumbling event-time windows of this length (needed by
+    #: count and distinct); 0: rows are reports that carry their own window (``window_end``)
+    window_s: float = 0.0
+    #: with window_s: how long after a window's end its rows may still arrive
+    lateness_s: float = 5.0
+    #: the column with the row's event time (default: window_end, event_time, batch_time, ts, ...)
+    time_field: str = ""
+    #: the condition must hold this long (event time) before the alert fires
+    for_s: float = 0.0
+    severity: str = "warning"
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: subjects never alerted on (an allowlist: known resolvers, load balancers, ...)
+    ignore: tuple[str, ...] = ()
+    #: rearm limit: at most this many notifications (firing + resolved) per subject ...
+    max_notifications: int = 2
+    #: ... in any window of this many seconds of event time
+    cooldown_s: float = 300.0
+    #: one-line text; placeholders {rule} {subject} {subject_label} {value} {threshold} {field} {query}
+    summary: str = ""
+    #: why the rule and its threshold (``netmon alerts rules`` shows it)
+    description: str = ""
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"[[alerts.rules]] {self.name!r}"
+        for name in (
+            "threshold",
+            "for_s",
+            "cooldown_s",
+            "window_s",
+            "lateness_s",
+        ):  # 200 and 200.0 are the same threshold
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
+        if not self.name.strip():
+            raise _error("[[alerts.rules]]: name must not be empty")
+        if self.source not in KINDS:
+            raise _error(f"{where} source: expected one of {', '.join(KINDS)}, got {self.source!r}")
+        if not self.field.strip() and self.aggregate != "count":
+            raise _error(f"{where} field: must name a result column")
+        if self.op not in OPS:
+            raise _error(f"{where} op: expected one of {' '.join(OPS)}, got {self.op!r}")
+        if not math.isfinite(self.threshold):
+            raise _error(f"{where} threshold: must be a finite number, got {self.threshold!r}")
+        if self.aggregate not in AGGREGATES:
+            raise _error(
+                f"{where} aggregate: expected one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
+            )
+        if self.window_s < 0 or self.lateness_s < 0:
+            raise _error(f"{where} window_s, lateness_s: must be >= 0")
+        if self.aggregate in ("count", "distinct") and not self.window_s:
+            raise _error(f"{where} aggregate: {self.aggregate!r} needs window_s > 0 (rows are events)")
+        growing = self.aggregate == "distinct" or (self.aggregate == "sum" and not self.window_s)
+        if growing and self.op not in (">", ">="):
+            raise _error(f"{where} op: aggregate {self.aggregate!r} needs '>' or '>='")
+        if self.severity not in SEVERITIES:
+            raise _error(f"{where} severity: expected one of {', '.join(SEVERITIES)}, got {self.severity!r}")
+        if self.for_s < 0:
+            raise _error(f"{where} for_s: must be >= 0, got {self.for_s}")
+        if self.max_notifications < 1:
+            raise _error(f"{where} max_notifications: must be >= 1, got {self.max_notifications}")
+        if self.cooldown_s < 0:
+            raise _error(f"{where} cooldown_s: must be >= 0, got {self.cooldown_s}")
+        if not isinstance(self.where, dict) or not all(
+            isinstance(v, str | int | float | bool) for v in self.where.values()
+        ):
+            raise _error(f"{where} where: expected a table of column = value, got {self.where!r}")
+        if not isinstance(self.labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
+        ):
+            raise _error(f"{where} labels: expected a table of strings, got {self.labels!r}")
+        try:
+            self.summary.format_map(_Blank())
+        except (ValueError, IndexError) as exc:
+            raise _error(f"{where} summary: not a valid template: {exc}") from None
+
+    @property
+    def subject_columns(self) -> tuple[str, ...]:
+        return tuple(c.strip() for c in self.subject.split(",") if c.strip())
+
+    @property
+    def measure(self) -> str:
+        """What is compared: the field, or ``count``/``distinct <field>`` for those aggregates."""
+        return {"count": "count", "distinct": f"distinct {self.field}"}.get(self.aggregate, self.field)
+
+    @property
+    def label_for_subject(self) -> str:
+        return self.subject_label or self.subject or "query"
+
+    def condition(self) -> str:
+        """The condition as text: ``topk[top-sources] share > 0.45 where total>=500 for 5s``."""
+        src = f"{self.source}[{self.query}]" if self.query else self.source
+        measure = {"sum": f"sum of {self.field}", "count": "count", "distinct": f"distinct {self.field}"}
+        text = f"{src} {measure.get(self.aggregate, self.field)} {self.op} {self.threshold:g}"
+        if self.where:
+            text += " where " + ", ".join(f"{k}{_where_text(v)}" for k, v in sorted(self.where.items()))
+        if self.subject:
+            text += f" per {self.subject}"
+        if self.window_s:
+            text += f" per {self.window_s:g}s window"
+        if self.for_s:
+            text += f" for {self.for_s:g}s"
+        return text
+
+
+def _where_text(value: object) -> str:
+    if isinstance(value, str) and parse_comparison(value):
+        return value.replace(" ", "")
+    return f"={value!r}"
+
+
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertTarget:
+    """A webhook receiver: ``[[alerts.targets]]``."""
+
+    name: str
+    #: where to POST (http or https); kept out of reprs and logs (chat webhook URLs hold a token)
+    url: str = dataclasses.field(repr=False)
+    #: "json" (netmon's own), "slack" (a ``text`` payload), "pagerduty" (Events API v2)
+    format: str = "json"
+    #: HMAC-SHA256 key for the ``X-Netmon-Signature`` header
+    secret: str = dataclasses.field(default="", repr=False)
+    #: read the secret from this environment variable instead
+    secret_env: str = ""
+    #: route only alerts of at least this severity
+    min_severity: str = "info"
+    #: route only these rules (empty: all)
+    rules: tuple[str, ...] = ()
+    #: route only alerts whose labels include all of these
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    timeout_s: float = 5.0
+    #: PagerDuty integration key (format "pagerduty")
+    routing_key: str = dataclasses.field(default="", repr=False)
+    routing_key_env: str = ""
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"[[alerts.targets]] {self.name!r}"
+        if not self.name.strip():
+            raise _error("[[alerts.targets]]: name must not be empty")
+        if not self.url.startswith(("http://", "https://")):
+            raise _error(f"{where} url: must start with http:// or https://")
+        if self.format not in FORMATS:
+            raise _error(f"{where} format: expected one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.min_severity not in SEVERITIES:
+            raise _error(
+                f"{where} min_severity: expected one of {', '.join(SEVERITIES)}, got {self.min_severity!r}"
+            )
+        if self.timeout_s <= 0:
+            raise _error(f"{where} timeout_s: must be > 0, got {self.timeout_s}")
+        if not isinstance(self.labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
+        ):
+            raise _error(f"{where} labels: expected a table of strings, got {self.labels!r}")
+        if self.format == "pagerduty" and not (self.routing_key or self.routing_key_env):
+            raise _error(f"{where}: format 'pagerduty' needs routing_key or routing_key_env")
+
+    def secret_value(self) -> str:
+        """The HMAC key: ``secret``, else ``$secret_env`` (empty: requests go unsigned)."""
+        return self.secret or (os.environ.get(self.secret_env, "") if self.secret_env else "")
+
+    def routing_key_value(self) -> str:
+        if self.routing_key:
+            return self.routing_key
+        return os.environ.get(self.routing_key_env, "") if self.routing_key_env else ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertsConfig:
+    """Alert rules and webhook delivery: the ``[alerts]`` section."""
+
+    enabled: bool = True
+    #: include the built-in rules (``alerts.defaults``); a configured rule of the same name replaces one
+    builtin_rules: bool = True
+    rules: tuple[AlertRule, ...] = ()
+    targets: tuple[AlertTarget, ...] = ()
+    #: the Kafka consumer group of ``netmon alerts run``
+    group_id: str = "netmon-alerts"
+    #: longest wait for new result rows per poll
+    poll_s: float = 1.0
+    #: first retry delay of a failed delivery; doubles per attempt up to retry_max_s
+    retry_initial_s: float = 2.0
+    retry_max_s: float = 300.0
+    #: each delay is multiplied by a random factor in [1 - retry_jitter, 1]
+    retry_jitter: float = 0.5
+    #: a delivery still failing this long after its event was written becomes a dead letter
+    max_age_s: float = 21600.0
+
+    def __post_init__(self) -> None:
+        if self.poll_s <= 0:
+            raise _error(f"[alerts] poll_s: must be > 0, got {self.poll_s}")
+        if not 0 < self.retry_initial_s <= self.retry_max_s:
+            raise _error("[alerts] retry_initial_s: must be > 0 and <= retry_max_s")
+        if not 0 <= self.retry_jitter <= 1:
+            raise _error(f"[alerts] retry_jitter: must be in [0, 1], got {self.retry_jitter}")
+        if self.max_age_s <= 0:
+            raise _error(f"[alerts] max_age_s: must be > 0, got {self.max_age_s}")
+        for kind, items in (("rules", self.rules), ("targets", self.targets)):
+            names = [i.name for i in items]
+            if len(set(names)) != len(names):
+                raise _error(f"[alerts] {kind}: names must be unique, got {names}")
+
+    def target(self, name: str) -> AlertTarget:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.targets) or "none configured"
+        raise _error(f"[alerts] no target named {name!r} (targets: {known})")
+
+
+# --- a loader for an [alerts] table, for use before/alongside netmon.config ---------------------
+
+_TYPES = {"AlertRule": AlertRule, "AlertTarget": AlertTarget}
+
+
+def _coerce(where: str, value: Any, annotation: Any) -> Any:
+    hint = eval(annotation, {"Path": Path, **_TYPES}) if isinstance(annotation, str) else annotation  # noqa: S307
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise _error(f"{where}: expected an array, got {type(value).__name__}")
+        if item is str:
+            if not all(isinstance(v, str) for v in value):
+                raise _error(f"{where}: expected an array of strings, got {value!r}")
+            return tuple(value)
+        return tuple(_build(f"{where}[{i}]", item, v) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _error(f"{where}: expected a table, got {type(value).__name__}")
+        return dict(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (bool, int, str, float) and type(value) is not hint:
+        raise _error(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build(where: str, cls: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise _error(f"{where}: expected a table, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise _error(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    missing = sorted(
+        n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in raw
+    )
+    if missing:
+        raise _error(f"{where}: missing required key {missing[0]!r}")
+    return cls(**{k: _coerce(f"{where}.{k}", v, known[k].type) for k, v in raw.items()})
+
+
+def load_alerts(path: str | Path) -> AlertsConfig:
+    """The ``[alerts]`` table of a TOML file (defaults when the file has none)."""
+    source = Path(path).expanduser()
+    try:
+        with source.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise _error(f"{source}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _error(f"{source}: invalid TOML: {exc}") from None
+    return _build(f"{source} [alerts]", AlertsConfig, raw.get("alerts", {}))
+
+
+def alerts_config(cfg: object, path: str | Path | None = None) -> AlertsConfig:
+    """The alerts section: from ``path`` if given, else ``cfg.alerts``, else the defaults."""
+    if path:
+        return load_alerts(path)
+    section = getattr(cfg, "alerts", None)
+    return section if isinstance(section, AlertsConfig) else AlertsConfig()

@@ -1,0 +1,280 @@
+"""``netmon alerts run``: consume the result topics, evaluate the rules, write the outbox, deliver.
+
+One batch of result rows at a time:
+
+1. ``poll`` the result topics (``<prefix><kind>`` for every kind some rule reads) in the consumer
+   group ``[alerts] group_id``;
+2. skip rows the outbox already covers (a crash after step 3 re-delivers them), feed the rest to
+   the :class:`~alerts.rules.RuleEngine` in partition order;
+3. write the notifications, their routed deliveries, the changed alert episodes, the engine's
+   state and the next offsets to the outbox in **one SQLite transaction**;
+4. only then commit the offsets to Kafka, and wake the delivery threads.
+
+So a crash anywhere loses no alert (offsets are never committed ahead of the outbox) and
+duplicates none (the outbox's offsets and state are committed together; a restart resumes from
+them). The group uses static membership (``group_instance_id`` from the state directory), so a
+restarted service takes its partitions back at once instead of waiting for the old session
+to expire. Run one service per state directory.
+
+Testing hook: with ``NETMON_ALERTS_CRASH_BEFORE_COMMIT=1`` in the environment the process exits
+abruptly (``os._exit(86)``) right after the first outbox write that added events, before the
+Kafka commit — the crash the durability test needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka import ConsumerRebalanceListener
+
+from alerts.config import AlertRule, AlertsConfig
+from alerts.defaults import effective_rules
+from alerts.delivery import Deliverer, routes
+from alerts.outbox import Outbox, outbox_path
+from alerts.rules import Notification, RuleEngine
+from netmon.config import Config
+
+__all__ = ["CRASH_ENV", "AlertService", "BatchResult", "result_topic"]
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "NETMON_ALERTS_CRASH_BEFORE_COMMIT"
+CRASH_EXIT_CODE = 86
+
+
+def result_topic(cfg: Config, kind: str) -> str:
+    """``<[kafka] results_topic_prefix><kind>`` (as ``pipeline.publish`` writes them)."""
+    return f"{cfg.kafka.results_topic_prefix}{kind}"
+
+
+@dataclass
+class BatchResult:
+    rows: int = 0
+    skipped: int = 0
+    notifications: int = 0
+
+
+class AlertService:
+    """The evaluation loop and the delivery threads of ``netmon alerts run``.
+
+    Parameters
+    ----------
+    cfg
+        netmon's configuration (Kafka, state directory).
+    alerts
+        The ``[alerts]`` section (``alerts.config.alerts_config(cfg)``).
+    rules
+        The rules to evaluate (default: :func:`alerts.defaults.effective_rules`).
+    """
+
+    def __init__(
+        self, cfg: Config, alerts: AlertsConfig, *, rules: Sequence[AlertRule] | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.alerts = alerts
+        self.rules = tuple(effective_rules(alerts) if rules is None else rules)
+        self.path = outbox_path(cfg.paths.state_dir)
+        self.deliverer = Deliverer(self.path, alerts)
+        self.totals = BatchResult()
+        self._outbox: Outbox | None = None
+        self._engine: RuleEngine | None = None
+        self._consumer: Any = None
+        self._next: dict[tuple[str, int], int] = {}
+        self._topics: dict[str, str] = {}
+        self._logged_problems: set[str] = set()
+        self._crash = os.environ.get(CRASH_ENV) == "1"
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def open(self) -> AlertService:
+        """Open the outbox, restore the engine, join the consumer group."""
+        from kafka import KafkaConsumer
+
+        from netmon.kafka_admin import ensure_topic
+
+        self._outbox = Outbox(self.path)
+        self._engine = RuleEngine.restore(self.rules, self._outbox.load_state())
+        self._next = self._outbox.offsets()
+        self._topics = {result_topic(self.cfg, kind): kind for kind in self._engine.kinds}
+        if not self._topics:
+            log.warning("no enabled alert rules: nothing to evaluate")
+            return self
+        for topic in self._topics:
+            ensure_topic(self.cfg.kafka.bootstrap, topic, self.cfg.kafka.partitions)
+        instance = hashlib.blake2b(str(Path(self.cfg.paths.state_dir).resolve()).encode(), digest_size=6)
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=self.cfg.kafka.bootstrap,
+            group_id=self.alerts.group_id,
+            group_instance_id=f"{self.alerts.group_id}-{instance.hexdigest()}",
+            client_id="netmon-alerts",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=500,
+        )
+        self._consumer.subscribe(sorted(self._topics), listener=_SeekToOutbox(self))
+        return self
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
+
+    # --- one batch ----------------------------------------------------------------------------
+
+    def poll_once(self, timeout_s: float | None = None) -> BatchResult:
+        """Read, evaluate and durably record one batch of result rows."""
+        if self._consumer is None or self._outbox is None or self._engine is None:
+            time.sleep(self.alerts.poll_s if timeout_s is None else timeout_s)
+            return BatchResult()
+        timeout_ms = int(1000 * (self.alerts.poll_s if timeout_s is None else timeout_s))
+        polled = self._consumer.poll(timeout_ms=timeout_ms)
+        result = BatchResult()
+        notifications: list[Notification] = []
+        offsets: dict[tuple[str, int], int] = {}
+        for tp, records in sorted(polled.items(), key=lambda item: (item[0].topic, item[0].partition)):
+            key = (tp.topic, tp.partition)
+            for record in records:
+                if record.offset < self._next.get(key, 0):
+                    result.skipped += 1  # already in the outbox (re-delivered after a crash)
+                    continue
+                offsets[key] = record.offset + 1
+                kind, row = self._decode(tp.topic, record)
+                if row is None:
+                    result.skipped += 1
+                    continue
+                result.rows += 1
+                notifications += self._engine.observe(kind, row)
+        if not offsets:
+            return result
+        self._record(notifications, offsets)
+        result.notifications = len(notifications)
+        self.totals.rows += result.rows
+        self.totals.skipped += result.skipped
+        self.totals.notifications += result.notifications
+        return result
+
+    def _decode(self, topic: str, record: Any) -> tuple[str, dict[str, Any] | None]:
+        headers = {k: bytes(v or b"") for k, v in (record.headers or [])}
+        kind = headers.get("netmon.kind", b"").decode() or self._topics.get(topic, "")
+        version = headers.get("netmon.result-version")
+        if version is not None and version != b"1":
+            log.warning("result row of unknown version skipped", extra={"topic": topic, "version": version})
+            return kind, None
+        try:
+            row = json.loads(record.value)
+        except (TypeError, ValueError):
+            log.warning("result row is not JSON; skipped", extra={"topic": topic, "offset": record.offset})
+            return kind, None
+        if not isinstance(row, dict):
+            log.warning("result row is not a JSON object; skipped", extra={"topic": topic})
+            return kind, None
+        return kind, row
+
+    def _record(self, notifications: list[Notification], offsets: dict[tuple[str, int], int]) -> None:
+        assert self._outbox is not None and self._engine is not None
+        engine = self._engine
+        problems = {name: (p.message, p.count) for name, p in engine.problems.items()}
+        for name, (message, _) in problems.items():
+            if name not in self._logged_problems:
+                self._logged_problems.add(name)
+                log.warning("alert rule cannot be evaluated", extra={"rule": name, "problem": message})
+        new = self._outbox.commit_batch(
+            notifications=notifications,
+            routes={n.event_id: routes(self.alerts.targets, n) for n in notifications},
+            records=engine.take_changes(),
+            state=engine.snapshot(),
+            offsets=offsets,
+            problems=problems,
+        )
+        self._next.update(offsets)
+        for n in notifications:
+            log.info("alert %s", n.status, extra={"rule": n.rule, "event_id": n.event_id})
+        if new and self._crash:
+            os._exit(CRASH_EXIT_CODE)  # the test hook: outbox written, Kafka offsets not committed
+        self._commit(offsets)
+        if new:
+            self.deliverer.wake()
+
+    def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        try:
+            self._consumer.commit(
+                {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+            )
+        except Exception as exc:  # noqa: BLE001 - the outbox holds the offsets; Kafka's copy can lag
+            log.warning("committing Kafka offsets failed (the outbox has them)", extra={"error": str(exc)})
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def assigned(self) -> bool:
+        """The consumer group has assigned partitions to this service (or there is nothing to read)."""
+        return self._consumer is None or bool(self._consumer.assignment())
+
+    def settled(self) -> bool:
+        """No delivery is pending (everything delivered or dead-lettered)."""
+        if self._outbox is None:
+            return True
+        return self._outbox.counts()["pending"] == 0
+
+    def run(self, stop: threading.Event | None = None, *, idle_exit_s: float | None = None) -> BatchResult:
+        """Evaluate and deliver until ``stop`` is set (or, with ``idle_exit_s``, until no row arrived
+        for that long and no delivery is pending)."""
+        stop = stop or threading.Event()
+        try:
+            self.open()
+            self.deliverer.start()
+            last_row = time.monotonic()
+            while not stop.is_set():
+                batch = self.poll_once()
+                if batch.rows or batch.skipped or not self.assigned():
+                    last_row = time.monotonic()  # idle only counts once the group gave us partitions
+                elif idle_exit_s is not None and time.monotonic() - last_row >= idle_exit_s:
+                    if self.settled():
+                        break
+        finally:
+            self.deliverer.stop()
+            self.close()
+        return self.totals
+
+    def start(self) -> threading.Event:
+        """Run in a background thread (``netmon demo``); set the returned event to stop it."""
+        stop = threading.Event()
+
+        def guarded() -> None:
+            try:
+                self.run(stop)
+            except Exception:  # noqa: BLE001 - a background service reports, it does not vanish
+                log.exception("the alert service stopped")
+
+        threading.Thread(target=guarded, name="netmon-alerts", daemon=True).start()
+        return stop
+
+
+class _SeekToOutbox(ConsumerRebalanceListener):
+    """On assignment, start each partition at the outbox's offset (the source of truth)."""
+
+    def __init__(self, service: AlertService) -> None:
+        self.service = service
+
+    def on_partitions_revoked(self, revoked: Any) -> None:  # offsets are committed per batch
+        pass
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        for tp in assigned:
+            offset = self.service._next.get((tp.topic, tp.partition))
+            if offset is not None:
+                self.service._consumer.seek(tp, offset)

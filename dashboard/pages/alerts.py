@@ -1,0 +1,74 @@
+"""Alerts: firing and resolved alerts, their delivery per target, and the dead letters."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import plotly.express as px
+import streamlit as st
+
+from dashboard import data, data_alerts
+
+cfg = data.config()
+state_dir = str(cfg.paths.state_dir)
+st.title("Alerts")
+
+everything = data_alerts.alerts(state_dir)
+if everything.empty:
+    st.info(
+        f"No alerts yet in {data_alerts.outbox_file(state_dir)} — is `netmon alerts run` running? "
+        "Rules: `netmon alerts rules`; a test delivery: `netmon alerts test --target NAME`."
+    )
+
+c1, c2, c3, c4 = st.columns(4)
+statuses = c1.multiselect("Status", ["firing", "resolved"], default=["firing", "resolved"])
+severities = c2.multiselect("Severity", ["critical", "error", "warning", "info"], placeholder="all")
+rules = c3.multiselect("Rule", sorted(everything["rule"].unique()), placeholder="all")
+subject = c4.text_input("Subject contains", placeholder="e.g. 10.0.0.")
+
+
+@st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
+def panel() -> None:
+    counts = data_alerts.counts(state_dir)
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Firing", counts.get("firing", 0))
+    m2.metric("Resolved", counts.get("resolved", 0))
+    m3.metric("Deliveries pending", counts.get("pending", 0))
+    m4.metric("Dead letters", counts.get("dead", 0))
+    df = data_alerts.alerts(state_dir)
+    df = df[df["status"].isin(statuses or ["firing", "resolved"])]
+    if severities:
+        df = df[df["severity"].isin(severities)]
+    if rules:
+        df = df[df["rule"].isin(rules)]
+    if subject:
+        df = df[df["subject"].str.contains(subject, regex=False)]
+    st.subheader(f"Alerts ({len(df)})")
+    if df.empty:
+        st.caption("No alert matches the filters.")
+    else:
+        shown = df.drop(columns=["alert_id", "episode_id"])
+        st.dataframe(shown, hide_index=True, width="stretch")
+        spans = df.assign(
+            end=df["last_seen"].fillna(df["first_seen"]), label=df["rule"] + " " + df["subject"]
+        )
+        spans = spans[spans["first_seen"].notna()]
+        if not spans.empty:
+            spans.loc[spans["end"] <= spans["first_seen"], "end"] = spans["first_seen"] + dt.timedelta(
+                seconds=1
+            )
+            fig = px.timeline(spans, x_start="first_seen", x_end="end", y="label", color="severity")
+            fig.update_layout(
+                title="Alert episodes (event time)", xaxis_title="event time (UTC)", yaxis_title=""
+            )
+            st.plotly_chart(fig, width="stretch")
+    dead = data_alerts.dead_letters(state_dir)
+    st.subheader(f"Dead letters ({len(dead)})")
+    if dead.empty:
+        st.caption("None. Deliveries that give up appear here; `netmon alerts retry` re-sends them.")
+    else:
+        st.dataframe(dead, hide_index=True, width="stretch")
+        st.caption("Re-send with `netmon alerts retry [--target NAME]`.")
+
+
+panel()

@@ -1,0 +1,39 @@
+"""Helpers for the alert tests: event times, result rows, producing rows to the real broker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from netmon.config import Config
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+SECRET = "test-secret-6f1d0c"
+
+
+def at(seconds: float) -> str:
+    """The ISO-8601 time ``seconds`` after T0, as result rows carry it."""
+    return (T0 + dt.timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def distinct_row(t: float, group: str, distinct: int, *, query: str = "ddos-sources-per-destination") -> dict:
+    return {"query": query, "window_end": at(t), "group": group, "distinct": distinct, "rank": 1}
+
+
+def produce(cfg: Config, kind: str, rows: list[dict]) -> None:
+    """Publish result rows exactly as ``pipeline.publish`` does (JSON, key = query, headers)."""
+    from kafka import KafkaProducer
+
+    from netmon.kafka_admin import ensure_topic
+
+    topic = f"{cfg.kafka.results_topic_prefix}{kind}"
+    ensure_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions)
+    producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap, acks="all", linger_ms=5)
+    try:
+        headers = [("netmon.kind", kind.encode()), ("netmon.result-version", b"1")]
+        for row in rows:
+            value = json.dumps(row, separators=(",", ":"), sort_keys=True).encode()
+            producer.send(topic, value, key=str(row.get("query") or kind).encode(), headers=headers)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=10)
