@@ -42,6 +42,7 @@ from alerts.delivery import Deliverer, routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import Notification, RuleEngine
 from netmon.config import Config
+from pipeline.publish import result_topic
 
 __all__ = ["CRASH_ENV", "AlertService", "BatchResult", "result_topic"]
 
@@ -49,11 +50,6 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "NETMON_ALERTS_CRASH_BEFORE_COMMIT"
 CRASH_EXIT_CODE = 86
-
-
-def result_topic(cfg: Config, kind: str) -> str:
-    """``<[kafka] results_topic_prefix><kind>`` (as ``pipeline.publish`` writes them)."""
-    return f"{cfg.kafka.results_topic_prefix}{kind}"
 
 
 @dataclass

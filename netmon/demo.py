@@ -7,9 +7,11 @@ so a second run shows the same thing as the first.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +42,10 @@ class DemoSummary:
 
 def demo_config(cfg: Config) -> Config:
     return cfg.replace(
-        paths={"data_dir": Path(cfg.paths.data_dir) / "demo"},
+        paths={
+            "data_dir": Path(cfg.paths.data_dir) / "demo",
+            "state_dir": Path(cfg.paths.state_dir) / "demo",
+        },
         kafka={"packets_topic": "netmon.demo.packets", "results_topic_prefix": "netmon.demo."},
     )
 
@@ -65,6 +70,20 @@ def _results_totals(cfg: Config) -> tuple[int, int]:
         return 0, 0
     windows = len(set(table.column("window_start").to_pylist()))
     return int(sum(table.column("packets").to_pylist())), windows
+
+
+def _start_alerts(dcfg: Config) -> threading.Event:
+    """The alert service over the demo's result topics, in a background thread."""
+    from alerts.config import alerts_config
+    from alerts.service import AlertService
+    from netmon.kafka_admin import recreate_topic
+
+    for kind in dcfg.pipeline.kinds:
+        recreate_topic(
+            dcfg.kafka.bootstrap, f"{dcfg.kafka.results_topic_prefix}{kind}", dcfg.kafka.partitions
+        )
+    group = f"netmon-alerts-demo-{int(time.time())}"
+    return AlertService(dcfg, dataclasses.replace(alerts_config(dcfg), group_id=group)).start()
 
 
 def run_demo(
@@ -95,6 +114,9 @@ def run_demo(
             broker = None  # not ours to stop
     recreate_topic(dcfg.kafka.bootstrap, dcfg.kafka.packets_topic, dcfg.kafka.partitions)
     shutil.rmtree(dcfg.paths.data_dir, ignore_errors=True)
+    # The demo's own state (alert outbox, dashboard log); the broker stays in the main state dir.
+    shutil.rmtree(dcfg.paths.state_dir, ignore_errors=True)
+    alerts_stop = _start_alerts(dcfg) if cfg.alerts.enabled else None
 
     from pyspark.sql import SparkSession
 
@@ -109,7 +131,7 @@ def run_demo(
             from dashboard.server import start_background, wait_healthy
 
             url = f"http://{cfg.dashboard.host}:{cfg.dashboard.port}"
-            dash = start_background(dcfg, Path(cfg.paths.state_dir) / "logs" / "dashboard.log")
+            dash = start_background(dcfg, Path(dcfg.paths.state_dir) / "logs" / "dashboard.log")
             if wait_healthy(url):
                 _say(f"dashboard: {url}")
             else:
@@ -160,6 +182,8 @@ def run_demo(
         _say("stopping...")
         return DemoSummary(0, *_results_totals(dcfg), time.monotonic() - started, url)
     finally:
+        if alerts_stop is not None:
+            alerts_stop.set()
         pipeline.stop()
         if own_session:
             # State-store maintenance threads log a stack trace when the context stops under them.
