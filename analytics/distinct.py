@@ -189,9 +189,11 @@ class SubWindowDistinct(Base):
     1.04/sqrt(2^lg_k) in both directions (not one-sided). It is exact, up to hash collisions,
     while the union is still in coupon (LIST/SET) mode: in our measurements up to about
     2^lg_k/10 items. :meth:`bounds` gives the sketch's confidence interval. Estimates are
-    rounded as Spark's ``hll_sketch_estimate`` rounds them (Java ``Math.round``). A union that
-    leaves coupon mode can answer slightly differently depending on the union order
-    (DataSketches' HIP estimator): unions here run oldest sub-window first.
+    rounded as Spark's ``hll_sketch_estimate`` rounds them (Java ``Math.round``). A window's
+    union is *settled* (united with itself) before it is read, so in HLL mode its estimate is
+    DataSketches' composite estimator, a function of the registers alone, and never the HIP
+    accumulator, whose value depends on the order of the union: any union order, in any engine,
+    gives the same answer (Spark: ``hll_sketch_estimate(hll_union(sk, sk))``).
 
     Departure from the paper: §2.3.4 slides every *s* time units. Here the caller calls
     :meth:`slide` when a sub-window closes, as in Alg. 6 (Ch. 6). ``analytics.distinct_offline``
@@ -370,17 +372,24 @@ class SubWindowDistinct(Base):
     # -- queries ---------------------------------------------------------------------------------
 
     def _union(self, group: str) -> Synopsis | hll_union:
-        """The union of ``group``'s synopses in the window (Golab's probe of <= N/b intervals)."""
-        # Oldest sub-window first: HLL union estimates can depend on the order (HIP estimator).
+        """The union of ``group``'s synopses in the window (Golab's probe of <= N/b intervals).
+
+        HLL mode returns the union *settled*: united once more with its own result. A union
+        whose HLL-mode state came from coupon insertion, or from copying one in-order sketch,
+        still carries DataSketches' HIP accumulator, and its estimate depends on the order in
+        which the sketches were unioned. Uniting it with itself changes no register and no
+        coupon, but marks it out of order, so its estimate becomes the composite estimator: a
+        function of the registers (in coupon mode, of the coupon count) alone. Spark's shuffle
+        and state store merge in no fixed order; ``hll_sketch_estimate(hll_union(sk, sk))``
+        settles the same way there, and both engines give the same answer.
+        """
         syns = self._by_group[group]
         if self.exact:
             return set().union(*syns)  # type: ignore[arg-type]
-        if len(syns) == 1:
-            # A union of one sketch copies it (estimator state included): same answers, no copy.
-            return syns[0]
         u = hll_union(self.lg_k)
-        for sk in syns:
+        for sk in syns:  # oldest sub-window first (any order gives the same settled answer)
             u.update(sk)
+        u.update(u.get_result(HLL_TYPE))
         return u
 
     def _window_unions(self) -> Iterator[tuple[str, Synopsis | hll_union]]:

@@ -32,6 +32,8 @@ KINDS: dict[str, str] = {
     "traffic": "pipeline.traffic:build_traffic_outputs",
     "topk": "pipeline.topk:build_topk_outputs",
     "distinct": "pipeline.distinct:build_distinct_outputs",
+    "joins": "pipeline.joins:build_join_outputs",
+    "shedding": "pipeline.joins:build_shedding_outputs",
 }
 
 log = logging.getLogger(__name__)

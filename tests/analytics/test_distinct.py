@@ -294,8 +294,8 @@ def test_merge_is_associative_commutative_and_equals_one_engine_fed_both_exact(a
 @settings(max_examples=60, deadline=None)
 @given(a=events, b=events, c=events)
 def test_merge_is_associative_and_commutative_on_sketch_content(a, b, c):
-    # Estimates of HLL unions can depend on the union order (DataSketches' HIP estimator), so the
-    # laws are checked on what the synopses hold: coupon sets or register arrays.
+    # The laws hold on what the synopses hold (coupon sets or register arrays), and so on the
+    # answers: a settled union's estimate depends on the registers only.
     a, b, c = _aligned(a, b, c)
     both = [x + y + z for x, y, z in zip(a, b, c, strict=True)]
     for kind in HLL_KINDS:
@@ -304,6 +304,9 @@ def test_merge_is_associative_and_commutative_on_sketch_content(a, b, c):
         cba = _built(kind, c).merge(_built(kind, b)).merge(_built(kind, a))
         one = _built(kind, both)
         assert _all_synopses(ab_c) == _all_synopses(a_bc) == _all_synopses(cba) == _all_synopses(one)
+        for eng in (ab_c, a_bc, cba, one):
+            eng.slide()
+        assert ab_c.estimate() == a_bc.estimate() == cba.estimate() == one.estimate()
 
 
 def test_merge_rejects_mismatches():
@@ -373,7 +376,7 @@ def test_synopsis_accepts_other_register_widths_and_returns_spark_format():
     for i in range(3000):
         sk4.update(str(i))
     sw = SubWindowDistinct(2, 1).update_synopsis(sk4.serialize_compact(), "g").slide()
-    assert sw.estimate() == {"g": _java_round(sk4.get_estimate())}
+    assert sw.estimate() == {"g": _java_round(_settled(12, sk4).get_estimate())}
     out = hll_sketch.deserialize(sw.synopsis("g", age=1))
     assert out.tgt_type == tgt_hll_type.HLL_8 and not out.is_compact()  # Spark's updatable HLL_8
     assert hll_sketch.deserialize(sw.synopsis("nobody", age=1)).is_empty()
@@ -461,12 +464,41 @@ def test_repr_and_clone_come_from_the_parameters():
     assert repr(ExactSlidingDistinct(4, 2)) == "ExactSlidingDistinct(N=4, b=2)"
 
 
-@pytest.mark.parametrize("lg_k", [4, 8, 12])
-def test_a_group_in_one_sub_window_answers_as_a_union_of_one(lg_k):
-    # estimate()/bounds() skip the union when a group has one synopsis in the window; DataSketches'
-    # union of one sketch must give the same numbers (it copies the sketch, estimator included).
+def _settled(lg_k: int, *sketches: hll_sketch):
+    """A union of ``sketches`` united once more with its own result (Spark: hll_union(sk, sk))."""
     from datasketches import hll_union
 
+    u = hll_union(lg_k)
+    for sk in sketches:
+        u.update(sk)
+    u.update(u.get_result(tgt_hll_type.HLL_8))
+    return u
+
+
+def test_settled_unions_answer_the_same_in_any_order():
+    # Unsettled, DataSketches' union estimate depends on the order (HIP accumulator); settled,
+    # it is the composite estimator of the registers, the same for every order.
+    rng = random.Random(7)
+    sketches = []
+    for _ in range(60):
+        sk = hll_sketch(12, tgt_hll_type.HLL_8)
+        for _ in range(20):
+            sk.update(str(rng.randrange(3000)))
+        sketches.append(sk)
+    answers = set()
+    for _ in range(10):
+        rng.shuffle(sketches)
+        answers.add(_settled(12, *sketches).get_estimate())
+        sw = SubWindowDistinct(60, 1)
+        for sk in sketches:
+            sw.update_synopsis(sk.serialize_updatable(), "g").slide()
+        answers.add(float(sw.estimate()["g"]))
+    assert len({_java_round(a) for a in answers}) == 1
+
+
+@pytest.mark.parametrize("lg_k", [4, 8, 12])
+def test_a_group_in_one_sub_window_answers_as_a_union_of_one(lg_k):
+    # A group with one synopsis in the window answers as the settled union of that one sketch.
     rng = random.Random(lg_k)
     sw = SubWindowDistinct(3, 1, lg_k=lg_k)
     sizes = {f"g{n}": n for n in (1, 7, 9, 100, 1000, 5000)}
@@ -476,7 +508,6 @@ def test_a_group_in_one_sub_window_answers_as_a_union_of_one(lg_k):
     sw.slide()
     est, bnd = sw.estimate(), sw.bounds(2)
     for g in sizes:
-        u = hll_union(lg_k)
-        u.update(hll_sketch.deserialize(sw.synopsis(g, age=1)))
+        u = _settled(lg_k, hll_sketch.deserialize(sw.synopsis(g, age=1)))
         assert est[g] == _java_round(u.get_estimate())
         assert bnd[g] == (u.get_lower_bound(2), u.get_upper_bound(2))
