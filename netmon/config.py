@@ -88,7 +88,8 @@ class KafkaConfig:
 @dataclass(frozen=True, kw_only=True)
 class SparkConfig:
     master: str = "local[*]"
-    shuffle_partitions: int = 4
+    #: small on purpose: with Spark's default 200 a 2-core machine spends its batches on scheduling
+    shuffle_partitions: int = 2
     #: Kafka offsets read per micro-batch at most (0: no limit)
     max_offsets_per_trigger: int = 0
     driver_memory: str = "1g"

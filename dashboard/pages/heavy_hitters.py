@@ -1,0 +1,128 @@
+"""Heavy hitters: each top-k query's current report (items above delta) and its history."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard import data, data_topk
+
+cfg = data.config()
+configured = {q.name: q for q in cfg.queries.topk}
+st.title("Heavy hitters")
+st.caption(
+    "Sliding-window top-k (Golab's Algorithm 6): each sub-window keeps only its exact top-k list; "
+    "δ is the sum of the lists' k-th counts. Every item shown is truly above δ in the window and its "
+    "count never exceeds the true count; items near δ may be missed."
+)
+
+RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
+rows = data_topk.topk(str(cfg.paths.data_dir))
+names = list(configured) + sorted(set(rows["query"]) - set(configured))
+if not names:
+    st.info("No top-k queries configured ([[queries.topk]] in netmon.toml).")
+    st.stop()
+left, right = st.columns([2, 3])
+query = left.selectbox("Query", names)
+choice = right.segmented_control(
+    "Time range (event time, up to the newest window)", list(RANGES), default="all"
+)
+
+
+def describe(name: str) -> tuple[str, str]:
+    """A query's one-line description and the unit of its counts."""
+    q = configured.get(name)
+    if q is None:
+        return "not in the current configuration", "count"
+    text = (
+        f"top `{q.key}` by {q.weight} over {q.window_s:g} s windows of {q.sub_window_s:g} s "
+        f"sub-windows, k = {q.k}"
+    )
+    return text, q.weight
+
+
+@st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
+def panel() -> None:
+    text, unit = describe(query)
+    st.caption(f"**{query}**: {text}")
+    df = data_topk.topk(str(cfg.paths.data_dir))
+    df = df[df["query"] == query]
+    if df.empty:
+        st.info(f"No reports for {query} yet in {cfg.paths.data_dir}/results/topk — is the pipeline running?")
+        return
+    seconds = RANGES.get(choice or "all")
+    if seconds:
+        df = df[df["window_end"] >= df["window_end"].max() - dt.timedelta(seconds=seconds)]
+    current(df[df["window_end"] == df["window_end"].max()], unit)
+    history(df, unit)
+
+
+def current(report: pd.DataFrame, unit: str) -> None:
+    """The newest report: metrics, the items as bars with δ drawn, and their shares."""
+    delta, total = int(report["delta"].iloc[0]), int(report["total"].iloc[0])
+    items = report[report["rank"] > 0]
+    c1, c2, c3, c4 = st.columns(4)
+    end = report["window_end"].iloc[0]
+    c1.metric("Window end (UTC)", f"{end:%Y-%m-%d %H:%M:%S}" + (f".{end:%f}"[:4] if end.microsecond else ""))
+    c2.metric("δ (threshold)", f"{delta:,}")
+    c3.metric("Items above δ", f"{len(items):,}")
+    c4.metric(f"Window traffic ({unit})", f"{total:,}")
+    fig = px.bar(
+        items,
+        x="key",
+        y="count",
+        text=items["share"].map("{:.1%}".format),
+        hover_data={"rank": True, "share": ":.2%"},
+        title="Current heavy hitters (label: share of the window's traffic)",
+    )
+    fig.add_hline(y=delta, line_dash="dash", line_color="crimson", annotation_text=f"δ = {delta:,}")
+    fig.update_layout(xaxis_title="key", yaxis_title=unit, xaxis_type="category")
+    fig.update_yaxes(rangemode="tozero")
+    st.plotly_chart(fig, width="stretch")
+    if items.empty:
+        st.info("No item is above δ in this window.")
+        return
+    table = items[["rank", "key", "count", "share"]].assign(count=items["count"].astype("int64"))
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={"share": st.column_config.NumberColumn("share", format="percent")},
+    )
+
+
+def history(df: pd.DataFrame, unit: str, top: int = 8) -> None:
+    """Counts of the most reported items per window over the range, with δ; a gap: not reported."""
+    items = df[df["rank"] > 0]
+    keys = items.groupby("key")["count"].max().nlargest(top).index
+    ends = df["window_end"].drop_duplicates()
+    # One point per window and key, NaN where the key was not above δ (the line breaks there).
+    wide = items[items["key"].isin(keys)].pivot(index="window_end", columns="key", values="count")
+    shown = wide.reindex(ends).reset_index().melt(id_vars="window_end", var_name="key", value_name="count")
+    fig = px.line(
+        shown,
+        x="window_end",
+        y="count",
+        color="key",
+        markers=True,
+        title=f"History of the top {len(keys)} items",
+    )
+    thresholds = df.drop_duplicates("window_end")
+    fig.add_trace(
+        go.Scatter(
+            x=thresholds["window_end"],
+            y=thresholds["delta"],
+            name="δ",
+            mode="lines",
+            line={"dash": "dash", "color": "crimson"},
+        )
+    )
+    fig.update_layout(xaxis_title="window end (event time, UTC)", yaxis_title=unit, legend_title="key")
+    st.plotly_chart(fig, width="stretch")
+
+
+panel()
