@@ -118,7 +118,7 @@ class Pipeline:
     def await_termination(self, timeout_s: float | None = None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for query in self.queries.values():
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
             query.awaitTermination(left)
 
     def stop(self) -> None:

@@ -1,0 +1,354 @@
+"""``netmon bench join``: the streaming join under load, unshed and with CF / PNI at a CPU budget.
+
+For each strategy, in one process and one Spark session, on a fresh topic of the same broker:
+replay a capture (default ``samples/mixed-small.pcap``, looped, timestamps rebased to now) at
+``--pps`` packets per second for ``--seconds``, while the pipeline runs the ``joins`` kind with
+one link query (``dst_port=443`` ⋈ ``dst_port=80`` on ``src_ip``, T = ``--window``: many-to-many,
+the case where shedding matters) and the live shedding controller at ``--budget``
+(``pipeline.joins.start_controller``). Every second it samples the joins query's progress: batch
+durations and the Kafka source's lag (``maxOffsetsBehindLatest``, in messages of
+``--records-per-message`` packets); the controller's statistics give the operator's utilisation.
+
+A rate the unshed join cannot sustain shows its batch durations and lag growing through the run;
+with PNI the operator's time per batch stays near the budget and the lag stays bounded, and PNI
+produces more results than CF at the same budget (seed 003, Theorem 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["bench_join", "command", "format_report"]
+
+_SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "mixed-small.pcap"
+
+
+def _config(
+    base: Any,
+    data_dir: Path,
+    topic: str,
+    strategy: str,
+    *,
+    budget: float,
+    trigger_s: float,
+    window_s: float,
+    bootstrap: str,
+    smoothing: float,
+    max_step: float,
+) -> Any:
+    """``base`` with one link join query and ``[shedding]`` (until netmon.config has the sections)."""
+    from netmon.config import Config, QueriesConfig
+    from pipeline.joins import JoinQuery, SheddingConfig
+
+    query = JoinQuery(
+        name="web",
+        query="link",
+        left="dst_port=443",
+        right="dst_port=80",
+        key="src_ip",
+        window_s=window_s,
+        strategy=strategy,
+    )
+    shedding = SheddingConfig(cpu_budget=budget, smoothing=smoothing, max_step=max_step)
+    cfg = base.replace(
+        paths={"data_dir": data_dir},
+        kafka={"packets_topic": topic, "bootstrap_servers": bootstrap},
+        pipeline={"trigger_s": trigger_s, "publish_results": False},
+    )
+    if hasattr(cfg.queries, "join") and hasattr(cfg, "shedding"):
+        return cfg.replace(queries={"join": (query,)}, shedding=dataclasses.asdict(shedding))
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class _Queries(QueriesConfig):
+        join: tuple[JoinQuery, ...] = ()
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class _Config(Config):
+        shedding: SheddingConfig = dataclasses.field(default_factory=SheddingConfig)
+
+    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    queries = {f.name: getattr(cfg.queries, f.name) for f in dataclasses.fields(cfg.queries)}
+    sections.update(queries=_Queries(**queries, join=(query,)), shedding=shedding)
+    return _Config(**sections)
+
+
+def _end_offsets(consumer: Any, topic: str, partitions: int) -> int:
+    """Messages in ``topic`` so far (sum of the partitions' end offsets)."""
+    from kafka import TopicPartition
+
+    ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    return int(sum(ends.values()))
+
+
+def _run_strategy(
+    spark: Any, cfg: Any, capture: Path, *, pps: float, seconds: float, rpm: int, say: Any
+) -> dict[str, Any]:
+    from ingest.replay import ReplayOptions, replay
+    from netmon.kafka_admin import recreate_topic
+    from netmon.results import read_results, results_dir
+    from pipeline.job import start_pipeline
+    from pipeline.joins import start_controller
+
+    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
+    start_controller(spark, cfg)
+    pipeline = start_pipeline(spark, cfg, kinds=("joins",))
+    summary: dict[str, Any] = {}
+
+    def produce() -> None:
+        opts = ReplayOptions(
+            pps=pps, loop=10_000, limit=round(pps * seconds), rebase_time=True, records_per_message=rpm
+        )
+        summary["replay"] = replay(
+            capture,
+            bootstrap=cfg.kafka.bootstrap,
+            topic=cfg.kafka.packets_topic,
+            options=opts,
+            partitions=cfg.kafka.partitions,
+            progress=False,
+        )
+
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap, client_id="netmon-bench-join")
+    samples: list[dict[str, Any]] = []
+    lag: list[tuple[float, int]] = []
+    began = time.monotonic()
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        seen, consumed = -1, 0
+        while time.monotonic() - began < seconds:
+            time.sleep(1.0)
+            error = pipeline.failed()
+            if error:
+                raise RuntimeError(error)
+            for p in pipeline.queries["joins"].recentProgress:
+                if int(p["batchId"]) > seen:
+                    seen = int(p["batchId"])
+                    consumed += int(p["numInputRows"] or 0)
+                    decode = (p.get("observedMetrics") or {}).get("decode") or {}
+                    if int(p["numInputRows"] or 0):
+                        samples.append(
+                            {
+                                "t_s": round(time.monotonic() - began, 1),
+                                "batch": seen,
+                                "ms": int(p["durationMs"]["triggerExecution"]),
+                                "packets": int(decode["packets"] or 0) if "packets" in decode else None,
+                            }
+                        )
+            # Lag: messages in the topic not yet read by a finished batch.
+            end = _end_offsets(consumer, cfg.kafka.packets_topic, cfg.kafka.partitions)
+            lag.append((round(time.monotonic() - began, 1), end - consumed))
+    finally:
+        consumer.close()
+        pipeline.stop()
+    table = read_results(results_dir(cfg, "joins"))
+    say(f"  {len(samples)} batches, {0 if table is None else table.num_rows:,} results")
+    produced = summary["replay"].produced if "replay" in summary else None
+    return {
+        "samples": samples,
+        "lag": lag,
+        "results": 0 if table is None else table.num_rows,
+        "produced": produced,
+    }
+
+
+def _stats(cfg: Any) -> list[dict[str, Any]]:
+    """The controller's per-batch JSON rows (``<data>/control/joins/stats``), oldest first."""
+    from pipeline.joins import stats_dir
+
+    rows = []
+    for path in sorted(stats_dir(cfg).glob("batch-*.json")):
+        rows.extend(json.loads(line) for line in path.read_text().splitlines() if line)
+    return rows
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def _summary(
+    strategy: str, run: dict[str, Any], stats: list[dict[str, Any]], budget: float
+) -> dict[str, Any]:
+    ms = [s["ms"] for s in run["samples"]]
+    third = max(1, len(ms) // 3)
+    lag = [m for _, m in run["lag"]]
+    lag_third = max(1, len(lag) // 3)
+    util = [float(r["utilisation"]) for r in stats if r.get("utilisation") is not None]
+    util_third = max(1, len(util) // 3)
+    return {
+        "strategy": strategy,
+        "budget": budget,
+        "batches": len(ms),
+        "batch_ms_first_third": _median(ms[:third]),
+        "batch_ms_last_third": _median(ms[-third:]),
+        "batch_ms_max": max(ms) if ms else None,
+        "lag_messages_first_third": _median(lag[:lag_third]),
+        "lag_messages_last_third": _median(lag[-lag_third:]),
+        "lag_messages_end": lag[-1] if lag else None,
+        "packets_processed": sum(s["packets"] or 0 for s in run["samples"]),
+        "packets_replayed": run["produced"],
+        "results": run["results"],
+        "utilisation_median": _median(util),
+        "utilisation_last_third": _median(util[-util_third:]),
+        "x_last": [round(float(stats[-1]["next_x_left"]), 4), round(float(stats[-1]["next_x_right"]), 4)]
+        if stats
+        else None,
+        "samples": run["samples"],
+        "lag": run["lag"],
+        "controller": [
+            {
+                k: r.get(k)
+                for k in ("batch_id", "utilisation", "x_left", "x_right", "results", "unshed_estimate")
+            }
+            for r in stats
+        ],
+    }
+
+
+def bench_join(
+    *,
+    capture: Path = _SAMPLE,
+    bootstrap: str | None = None,
+    strategies: tuple[str, ...] = ("none", "pni", "cf"),
+    pps: float = 3000.0,
+    seconds: float = 60.0,
+    budget: float = 0.8,
+    trigger_s: float = 5.0,
+    window_s: float = 2.0,
+    records_per_message: int = 200,
+    smoothing: float = 0.5,
+    max_step: float = 0.25,
+    say: Any = print,
+) -> dict[str, Any]:
+    """Run the pipeline's join under load once per strategy; their summaries."""
+    from ingest.bench_replay import temporary_broker
+    from netmon.config import load_config
+    from pipeline.session import build_session
+
+    out: dict[str, Any] = {
+        "capture": str(capture),
+        "pps": pps,
+        "seconds": seconds,
+        "budget": budget,
+        "trigger_s": trigger_s,
+        "window_s": window_s,
+        "smoothing": smoothing,
+        "max_step": max_step,
+        "records_per_message": records_per_message,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="netmon-bench-join-") as tmp, contextlib.ExitStack() as stack:
+        if bootstrap is None:
+            say("starting a temporary Kafka broker ...")
+            bootstrap = stack.enter_context(temporary_broker(Path(tmp) / "state"))
+        base = load_config(None, env={})
+        base = base.replace(paths={"state_dir": Path(tmp) / "state", "data_dir": Path(tmp) / "data"})
+        say("starting Spark ...")
+        spark = build_session(base, "netmon-bench-join", master="local[2]", ui=False)
+        for strategy in strategies:
+            say(f"{strategy}: replaying {pps:,.0f} packets/s for {seconds:g} s ...")
+            cfg = _config(
+                base,
+                Path(tmp) / strategy,
+                f"netmon.bench.join.{strategy}",
+                strategy,
+                budget=budget,
+                trigger_s=trigger_s,
+                window_s=window_s,
+                bootstrap=bootstrap,
+                smoothing=smoothing,
+                max_step=max_step,
+            )
+            run = _run_strategy(
+                spark, cfg, capture, pps=pps, seconds=seconds, rpm=records_per_message, say=say
+            )
+            out["runs"].append(_summary(strategy, run, _stats(cfg), budget))
+        spark.stop()
+    return out
+
+
+def format_report(result: dict[str, Any]) -> list[str]:
+    lines = [
+        f"capture {result['capture']} at {result['pps']:,.0f} packets/s for {result['seconds']:g} s per "
+        f"strategy; trigger {result['trigger_s']:g} s, budget {result['budget']:.0%} of it, "
+        f"T = {result['window_s']:g} s",
+        f"{'strategy':<9} {'batches':>7} {'batch ms 1st/last third':>24} {'lag msgs 1st/last third':>24} "
+        f"{'packets':>9} {'results':>10} {'util med/last':>14} {'x at end':>12}",
+    ]
+    for r in result["runs"]:
+        x = "-" if r["x_last"] is None else f"{r['x_last'][0]:.3f}/{r['x_last'][1]:.3f}"
+        batch = f"{r['batch_ms_first_third']}/{r['batch_ms_last_third']}"
+        lag = f"{r['lag_messages_first_third']}/{r['lag_messages_last_third']}"
+        util = f"{r['utilisation_median']}/{r['utilisation_last_third']}"
+        lines.append(
+            f"{r['strategy']:<9} {r['batches']:>7} {batch:>24} {lag:>24} {r['packets_processed']:>9,} "
+            f"{r['results']:>10,} {util:>14} {x:>12}"
+        )
+    return lines
+
+
+@click.command("join")
+@click.option("--file", "file_", type=click.Path(exists=True, dir_okay=False), help="Capture to replay.")
+@click.option("--bootstrap", help="Kafka to use (default: a temporary local broker).")
+@click.option("--strategies", default="none,pni,cf", show_default=True, help="Comma-separated strategies.")
+@click.option("--pps", type=float, default=3000.0, show_default=True, help="Replay rate, packets per second.")
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="Run length per strategy.")
+@click.option(
+    "--budget", type=float, default=0.8, show_default=True, help="CPU budget (share of the trigger)."
+)
+@click.option(
+    "--trigger", "trigger_s", type=float, default=5.0, show_default=True, help="Trigger interval (s)."
+)
+@click.option("--window", "window_s", type=float, default=2.0, show_default=True, help="Join window T (s).")
+@click.option("--records-per-message", type=int, default=200, show_default=True)
+@click.option("--smoothing", type=float, default=0.5, show_default=True, help="Controller smoothing weight.")
+@click.option(
+    "--max-step", type=float, default=0.25, show_default=True, help="Largest fraction change per batch."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print every figure (and per-batch samples) as JSON.")
+def command(
+    file_: str | None,
+    bootstrap: str | None,
+    strategies: str,
+    pps: float,
+    seconds: float,
+    budget: float,
+    trigger_s: float,
+    window_s: float,
+    records_per_message: int,
+    smoothing: float,
+    max_step: float,
+    as_json: bool,
+) -> None:
+    """The streaming join under load: unshed vs CF vs PNI at a CPU budget (batch time, lag, results)."""
+    try:
+        result = bench_join(
+            capture=Path(file_) if file_ else _SAMPLE,
+            bootstrap=bootstrap,
+            strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
+            pps=pps,
+            seconds=seconds,
+            budget=budget,
+            trigger_s=trigger_s,
+            window_s=window_s,
+            records_per_message=records_per_message,
+            smoothing=smoothing,
+            max_step=max_step,
+            say=lambda line: click.echo(line, err=True),
+        )
+    except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, Spark, replay)
+        click.echo(f"netmon bench join: error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(format_report(result)))

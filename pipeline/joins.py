@@ -1,0 +1,547 @@
+"""Window joins of packet streams under a CPU budget: the handshake and link-correlation queries in Spark.
+
+Every configured join query (``docs/joins.md`` §4) runs in one streaming query, in two stages:
+
+1. **Native staging** (one pass over the packets). Per query, two filters select the left and
+   right tuples, each with its key text (``analytics.keys``: fields as strings joined by ``,``),
+   the event time ``ts`` and a payload (``src_ip``, ``dst_ip``, ``src_port``, ``dst_port``,
+   ``iface``); a packet becomes one row per (query, side) it belongs to (``explode``). Rows carry
+   ``bucket = pmod(xxhash64(key), B)``: one hash bucket of keys.
+2. **The symmetric hash join**, ``groupBy("query", "bucket").transformWithStateInPandas(...)``:
+   :class:`pipeline.join_state.JoinProcessor` hands each bucket's rows of the micro-batch to its
+   :class:`analytics.join.SymmetricHashJoin` (one vectorised call for all the bucket's keys; the
+   state is the join's bytes in the RocksDB store) with the shedding fractions of the batch.
+
+Each bucket also emits a statistics row; ``observe("join.<query>", ...)`` sums them per query
+into the batch's progress, and they are dropped before the sink. The ``joins`` result kind is one
+row per join result (``row = "match"``) or unanswered left tuple (``row = "unmatched"``, the
+handshake query's SYNs that expired without a SYN-ACK):
+
+    query, kind, row, key, left_ts, right_ts, delay_s, left_src_ip, left_dst_ip, left_src_port,
+    left_dst_port, left_iface, right_src_ip, ..., right_iface
+
+The ``shedding`` result kind runs the controller: a ``StreamingQueryListener`` on the driver feeds
+each progress of the joins query to :class:`pipeline.shedding_controller.SheddingController`,
+writes the fractions it chooses to the control file ``<data>/control/joins/fractions.json``, which
+every bucket reads at its next call, and writes the batch's :class:`SheddingRecord` as one JSON
+file that a file-source query turns into committed Parquet rows in ``results/shedding/`` (and,
+through the result publisher, the Kafka topic ``netmon.shedding``).
+
+Why a file for the fractions: the operator runs in Python workers, possibly on other machines,
+and a running query's plan cannot change. The file lives in the data directory, which the Parquet
+sink already requires to be shared by the driver and the executors; it is replaced atomically
+(readers see the old or the new version, never a partial one), its values are clamped to [0, 1],
+and a missing or unreadable file means the static fractions. A batch that Spark re-executes after
+a failure may read newer fractions than its first attempt: shedding decisions are not part of
+the exactly-once contract, but every applied fraction is recorded in the batch's statistics.
+Without shedding (``strategy = "none"``) the file is never read and the output is exact.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from functools import reduce
+from operator import and_
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+
+from analytics.join_cost import STRATEGIES
+from analytics.keys import parse_key
+from netmon.config import Config
+from netmon.results import results_dir
+from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
+from pipeline.shedding_controller import (
+    STATS_SCHEMA,
+    ControlledQuery,
+    SheddingController,
+    observe_name,
+    read_control_state,
+    write_control,
+)
+
+__all__ = [
+    "DEFAULT_QUERIES",
+    "JOIN_QUERY_KINDS",
+    "RESULT_COLUMNS",
+    "JoinQuery",
+    "SheddingConfig",
+    "build_join_outputs",
+    "build_join_sides",
+    "build_joins",
+    "build_shedding_outputs",
+    "build_spark_join",
+    "build_staged",
+    "control_file",
+    "filter_column",
+    "join_settings",
+    "join_specs",
+    "side_conditions",
+    "start_controller",
+    "stats_dir",
+]
+
+log = logging.getLogger(__name__)
+
+#: The built-in join queries.
+JOIN_QUERY_KINDS = ("handshake", "link")
+#: The columns of the ``joins`` result kind.
+RESULT_COLUMNS = tuple(c for c in PAIR_COLUMNS if c != "bucket")
+
+_SYN, _ACK = 0x02, 0x10
+_SEQ_MOD = 2**32
+
+
+# -- settings (to move into netmon.config as [[queries.join]] and [shedding]) --------------------
+@dataclass(frozen=True, kw_only=True)
+class JoinQuery:
+    """A window join over the packet stream: ``[[queries.join]]``.
+
+    ``query = "handshake"``: SYN ⋈ SYN-ACK on the reversed 4-tuple with ``ack = seq + 1``, a SYN-ACK
+    at most ``window_s`` after its SYN (``T_L = window_s``, ``T_R = 0``); unanswered SYNs become
+    ``unmatched`` rows. ``query = "link"``: stream ``left`` ⋈ stream ``right`` (filter expressions,
+    ``ingest.filters``) on ``key`` (``right_key`` for the right stream if given) within
+    ``window_s`` both ways.
+    """
+
+    name: str
+    #: "handshake" or "link"
+    query: str = "handshake"
+    window_s: float = 3.0
+    #: link: filter expressions of streams A and B, e.g. "iface=eth0" / "iface=eth1"
+    left: str = ""
+    right: str = ""
+    #: link: the join key (record columns), and B's key when it differs
+    key: str = "src_ip"
+    right_key: str = ""
+    #: load shedding: none, cf, inp or pni (seed 003 §3.3)
+    strategy: str = "pni"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SheddingConfig:
+    """The join operator and its load-shedding controller: ``[shedding]``."""
+
+    #: the join's share of each trigger interval (1.0 = one core for the whole interval)
+    cpu_budget: float = 0.8
+    #: fractions before the controller's first decision (and without the "shedding" kind)
+    x_left: float = 1.0
+    x_right: float = 1.0
+    #: weight of the newest measurement / optimum in the controller's smoothing (0 < s <= 1)
+    smoothing: float = 0.5
+    #: largest change of a fraction per batch
+    max_step: float = 0.25
+    #: hash buckets of join keys per query (one stateful call each per micro-batch)
+    buckets: int = 8
+    #: seed of the shedders' random generators
+    seed: int = 0
+
+
+#: The default join queries (the handshake query; link correlation needs its two filters).
+DEFAULT_QUERIES: tuple[JoinQuery, ...] = (JoinQuery(name="handshake"),)
+
+
+def join_settings(cfg: Config) -> tuple[tuple[JoinQuery, ...], SheddingConfig]:
+    """``[[queries.join]]`` and ``[shedding]`` of ``cfg`` (the defaults until the config has them)."""
+    queries = getattr(cfg.queries, "join", None)
+    shedding = getattr(cfg, "shedding", None)
+    return (DEFAULT_QUERIES if queries is None else tuple(queries)), (shedding or SheddingConfig())
+
+
+def _validate(queries: tuple[JoinQuery, ...], shedding: SheddingConfig) -> None:
+    from ingest.filters import parse_filter
+
+    for q in queries:
+        where = f"[[queries.join]] {q.name!r}"
+        if q.query not in JOIN_QUERY_KINDS:
+            raise ValueError(f"{where} query: expected one of {', '.join(JOIN_QUERY_KINDS)}, got {q.query!r}")
+        if not q.window_s >= 0:
+            raise ValueError(f"{where} window_s: expected a number of seconds >= 0, got {q.window_s!r}")
+        if q.strategy not in STRATEGIES:
+            raise ValueError(
+                f"{where} strategy: expected one of {', '.join(STRATEGIES)} (max-subset runs offline only: "
+                f"netmon eval shedding), got {q.strategy!r}"
+            )
+        if q.query == "link":
+            for name in ("key", "right_key"):
+                if getattr(q, name):
+                    try:
+                        parse_key(getattr(q, name))
+                    except ValueError as exc:
+                        raise ValueError(f"{where} {name}: {exc}") from None
+            for name in ("left", "right"):
+                if not getattr(q, name).strip():
+                    raise ValueError(f"{where} {name}: a link query needs a filter expression")
+                parse_filter(getattr(q, name))
+    names = [q.name for q in queries]
+    if len(set(names)) != len(names):
+        raise ValueError(f"[[queries.join]] name: query names must be unique, got {names}")
+    if not shedding.buckets >= 1:
+        raise ValueError(f"[shedding] buckets: expected an integer >= 1, got {shedding.buckets!r}")
+    if not shedding.cpu_budget > 0:
+        raise ValueError(f"[shedding] cpu_budget: expected a fraction > 0, got {shedding.cpu_budget!r}")
+    for name in ("smoothing", "max_step"):
+        if not 0 < getattr(shedding, name) <= 1:
+            raise ValueError(
+                f"[shedding] {name}: expected a number in (0, 1], got {getattr(shedding, name)!r}"
+            )
+    for name in ("x_left", "x_right"):
+        if not 0 <= getattr(shedding, name) <= 1:
+            raise ValueError(
+                f"[shedding] {name}: expected a fraction in [0, 1], got {getattr(shedding, name)!r}"
+            )
+
+
+def _windows(q: JoinQuery) -> tuple[float, float]:
+    """``(T_L, T_R)`` of a query."""
+    return (q.window_s, 0.0) if q.query == "handshake" else (q.window_s, q.window_s)
+
+
+def join_specs(
+    queries: tuple[JoinQuery, ...], shedding: SheddingConfig, *, lateness_s: float
+) -> dict[str, JoinSpec]:
+    """The operator's view of the queries (windows, strategy, static fractions, seed)."""
+    return {
+        q.name: JoinSpec(
+            name=q.name,
+            kind=q.query,
+            window_left_s=_windows(q)[0],
+            window_right_s=_windows(q)[1],
+            lateness_s=lateness_s,
+            strategy=q.strategy,
+            x_left=shedding.x_left,
+            x_right=shedding.x_right,
+            seed=shedding.seed,
+            track_unmatched=q.query == "handshake",
+        )
+        for q in queries
+    }
+
+
+def control_file(cfg: Config) -> Path:
+    """The controller's fractions, read by the operator at every batch."""
+    return Path(cfg.paths.data_dir) / "control" / "joins" / "fractions.json"
+
+
+def stats_dir(cfg: Config) -> Path:
+    """Where the controller drops one JSON file of shedding statistics per batch."""
+    return Path(cfg.paths.data_dir) / "control" / "joins" / "stats"
+
+
+# -- stage 1: native filters and keys ------------------------------------------------------------
+def _text(*parts: Column) -> Column:
+    """Canonical key text (``analytics.keys``): parts as strings joined by ``,``; null if any is null."""
+    return F.when(
+        reduce(and_, (p.isNotNull() for p in parts)), F.concat_ws(",", *(p.cast("string") for p in parts))
+    )
+
+
+def _stage(rows: DataFrame, key: Column) -> DataFrame:
+    return rows.select("ts", key.alias("key"), *PAYLOAD).where(F.col("key").isNotNull())
+
+
+def filter_column(text: str) -> Column:
+    """A filter expression (``ingest.filters``) as a Spark condition with the same semantics.
+
+    Comparisons with a null field are false and ``!=`` is ``not =``; addresses compare on the
+    canonical text, IPv4 networks with integer arithmetic on the dotted quad. IPv6 networks have
+    no Spark built-in: a vectorised pandas UDF tests them with ``ipaddress``.
+    """
+    from ingest.filters import parse_filter
+
+    return _node_column(parse_filter(text)._node)  # the parsed expression tree
+
+
+def _node_column(node: Any) -> Column:
+    from ingest import filters as fl
+
+    if isinstance(node, fl._Bool):
+        left, right = _node_column(node.left), _node_column(node.right)
+        return (left & right) if node.op == "and" else (left | right)
+    if isinstance(node, fl._Not):
+        return ~_node_column(node.inner)
+    if isinstance(node, fl._Compare):
+        col = F.col(node.field)
+        if node.op == "!=":
+            return ~F.coalesce(col == F.lit(node.value), F.lit(False))
+        ops = {
+            "=": col.__eq__,
+            "==": col.__eq__,
+            "<": col.__lt__,
+            "<=": col.__le__,
+            ">": col.__gt__,
+            ">=": col.__ge__,
+        }
+        return F.coalesce(ops[node.op](F.lit(node.value)), F.lit(False))
+    if isinstance(node, fl._InNetwork):
+        hit = F.coalesce(_in_network(F.col(node.field), node.network), F.lit(False))
+        return ~hit if node.negate else hit
+    raise TypeError(f"unsupported filter node {node!r}")
+
+
+def _in_network(col: Column, net: Any) -> Column:
+    if net.num_addresses == 1:
+        return col == F.lit(str(net.network_address))
+    if net.version == 4:
+        # The dotted quad as an integer; only well-formed quads (IPv6 text never matches).
+        octets = F.split(col, r"\.")
+        value = reduce(
+            lambda acc, i: acc * 256 + F.try_element_at(octets, F.lit(i + 1)).try_cast("long"),
+            range(1, 4),
+            F.try_element_at(octets, F.lit(1)).try_cast("long"),
+        )
+        shift = 32 - net.prefixlen
+        quad = col.rlike(r"^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
+        prefix = int(net.network_address) >> shift
+        return F.when(quad, F.shiftright(value, shift) == F.lit(prefix)).otherwise(F.lit(False))
+    return _ipv6_in(str(net))(col)
+
+
+def _ipv6_in(network: str) -> Any:
+    net = ipaddress.ip_network(network)
+
+    @F.pandas_udf("boolean")  # type: ignore[call-overload]
+    def in_network(addresses: pd.Series) -> pd.Series:
+        def one(text: Any) -> bool:
+            try:
+                return text is not None and ipaddress.ip_address(text) in net
+            except ValueError:
+                return False
+
+        return addresses.map(one).astype(bool)
+
+    return in_network
+
+
+def side_conditions(q: JoinQuery) -> tuple[tuple[Column, Column], tuple[Column, Column]]:
+    """``((left filter, left key), (right filter, right key))`` of a query, over the record columns."""
+    if q.query == "handshake":
+        # SYNs: SYN set, ACK clear; SYN-ACKs: both set. TCP only.
+        flags = F.coalesce(F.col("tcp_flags").cast("int"), F.lit(0))
+        tcp = F.coalesce(F.col("proto") == 6, F.lit(False))
+        syn = tcp & (flags.bitwiseAND(_SYN) != 0) & (flags.bitwiseAND(_ACK) == 0)
+        syn_ack = tcp & (flags.bitwiseAND(_SYN) != 0) & (flags.bitwiseAND(_ACK) != 0)
+        # Keys: the SYN's 4-tuple with seq + 1 (mod 2^32); the SYN-ACK's reversed 4-tuple with its ack.
+        seq_next = F.pmod(F.col("tcp_seq") + 1, F.lit(_SEQ_MOD))
+        fwd = [F.col(c) for c in ("src_ip", "dst_ip", "src_port", "dst_port")]
+        rev = [F.col(c) for c in ("dst_ip", "src_ip", "dst_port", "src_port")]
+        return (syn, _text(*fwd, seq_next)), (syn_ack, _text(*rev, F.col("tcp_ack")))
+    # Link correlation: two filtered streams, each keyed on its key columns.
+    left_key = _text(*(F.col(c) for c in parse_key(q.key)))
+    right_key = _text(*(F.col(c) for c in parse_key(q.right_key or q.key)))
+    return (filter_column(q.left), left_key), (filter_column(q.right), right_key)
+
+
+def build_join_sides(packets: DataFrame, q: JoinQuery) -> tuple[DataFrame, DataFrame]:
+    """Stage 1 of one query as two streams: the left and right tuples, ``ts, key, src_ip, ..., iface``."""
+    (left_cond, left_key), (right_cond, right_key) = side_conditions(q)
+    return _stage(packets.where(left_cond), left_key), _stage(packets.where(right_cond), right_key)
+
+
+def build_staged(packets: DataFrame, queries: tuple[JoinQuery, ...], buckets: int) -> DataFrame:
+    """Stage 1 of every query in one pass over the packets: ``query, is_left, ts, key, payload, bucket``.
+
+    Each packet becomes one row per (query, side) whose filter it passes and whose key it has, by
+    ``explode`` over an array of tags: the packet stream is read and decoded once, however many
+    queries and sides (a union of filtered branches would scan the Kafka source once per branch).
+    """
+    tags = [
+        F.struct(
+            cond.alias("hit"), F.lit(q.name).alias("query"), F.lit(is_left).alias("is_left"), key.alias("key")
+        )
+        for q in queries
+        for (cond, key), is_left in zip(side_conditions(q), (True, False), strict=True)
+    ]
+    matching = F.filter(F.array(*tags), lambda t: t["hit"] & t["key"].isNotNull())
+    tagged = packets.select("ts", *PAYLOAD, F.explode(matching).alias("tag"))
+    return tagged.select(
+        F.col("tag.query").alias("query"),
+        F.col("tag.is_left").alias("is_left"),
+        "ts",
+        F.col("tag.key").alias("key"),
+        *PAYLOAD,
+        F.pmod(F.xxhash64("tag.key"), F.lit(buckets)).cast("int").alias("bucket"),
+    )
+
+
+# -- stage 2: the stateful join -----------------------------------------------------------------
+def _observed(joined: DataFrame, query: str) -> DataFrame:
+    """Sum one query's stats rows of the batch into its progress (``observedMetrics``)."""
+    mine = (F.col("row") == "stats") & (F.col("query") == query)
+    sums = [
+        F.coalesce(F.sum(F.when(mine, F.col(c))), F.lit(0).cast(kind)).alias(c)
+        for c, kind in STATS_COLUMNS.items()
+        if c not in ("x_left", "x_right", "min_ts_ns", "max_ts_ns")
+    ]
+    return joined.observe(
+        observe_name(query),
+        *sums,
+        F.avg(F.when(mine, F.col("x_left"))).alias("x_left"),
+        F.avg(F.when(mine, F.col("x_right"))).alias("x_right"),
+        F.min(F.when(mine, F.col("min_ts_ns"))).alias("min_ts_ns"),
+        F.max(F.when(mine, F.col("max_ts_ns"))).alias("max_ts_ns"),
+        F.count(F.when(mine, F.lit(1))).alias("buckets"),
+    )
+
+
+def build_joins(
+    packets: DataFrame,
+    queries: tuple[JoinQuery, ...],
+    shedding: SheddingConfig,
+    *,
+    lateness_s: float,
+    control_path: str | None = None,
+) -> DataFrame:
+    """All queries' join results, ``RESULT_COLUMNS``, with per-query statistics observed."""
+    _validate(queries, shedding)
+    # Stage 1: every query's two sides in one pass, each row in a hash bucket of its key.
+    keyed = build_staged(packets, queries, shedding.buckets)
+    # Stage 2: per (query, bucket), the symmetric hash join over all the bucket's keys at once.
+    joined = keyed.groupBy("query", "bucket").transformWithStateInPandas(
+        statefulProcessor=JoinProcessor(join_specs(queries, shedding, lateness_s=lateness_s), control_path),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="None",
+    )
+    observed = reduce(_observed, (q.name for q in queries), joined)
+    # Statistics rows went into the progress; the sink gets the results.
+    return observed.where(F.col("row") != "stats").select(*RESULT_COLUMNS)
+
+
+def build_join_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
+    """The ``joins`` result kind: one streaming query for every configured join query."""
+    queries, shedding = join_settings(cfg)
+    if not queries:
+        return {}
+    control = str(control_file(cfg))
+    return {
+        "joins": build_joins(
+            packets, queries, shedding, lateness_s=cfg.pipeline.watermark_s, control_path=control
+        )
+    }
+
+
+# -- Spark's own join, the reference of the equality test and the benchmark -----------------------
+def build_spark_join(packets: DataFrame, q: JoinQuery) -> DataFrame:
+    """Spark's stream-stream inner join of the query's two sides with the same time-range condition.
+
+    ``l.key = r.key AND r.ts BETWEEN l.ts - T_R AND l.ts + T_L`` (inclusive, as the operator):
+    without shedding both produce exactly the same rows (``RESULT_COLUMNS`` with ``row = "match"``).
+    """
+    left, right = build_join_sides(packets, q)
+    t_left, t_right = (round(t * 1_000_000) for t in _windows(q))
+    lhs = left.select(*(F.col(c).alias(f"left_{c}") for c in left.columns))
+    rhs = right.select(*(F.col(c).alias(f"right_{c}") for c in right.columns))
+    condition = (F.col("left_key") == F.col("right_key")) & F.col("right_ts").between(
+        F.col("left_ts") - F.expr(f"INTERVAL {t_right} MICROSECONDS"),
+        F.col("left_ts") + F.expr(f"INTERVAL {t_left} MICROSECONDS"),
+    )
+    joined = lhs.join(rhs, condition, "inner")
+    return joined.select(
+        F.lit(q.name).alias("query"),
+        F.lit(q.query).alias("kind"),
+        F.lit("match").alias("row"),
+        F.col("left_key").alias("key"),
+        "left_ts",
+        "right_ts",
+        ((F.unix_micros("right_ts") - F.unix_micros("left_ts")) / 1e6).alias("delay_s"),
+        *(f"left_{c}" for c in PAYLOAD),
+        *(f"right_{c}" for c in PAYLOAD),
+    )
+
+
+# -- the controller on the driver ----------------------------------------------------------------
+class _ControllerListener(StreamingQueryListener):
+    """Feeds the joins query's progress to the controller; writes fractions and statistics."""
+
+    def __init__(self, sink: str, control: Path, stats: Path, controller: SheddingController) -> None:
+        self.sink = sink
+        self.control = control
+        self.stats = stats
+        self.controller = controller
+        self._lock = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        try:
+            progress = json.loads(event.progress.json)
+            if self.sink not in str((progress.get("sink") or {}).get("description", "")):
+                return
+            with self._lock:
+                records = self.controller.update(progress)
+                if not records:
+                    return
+                write_control(self.control, self.controller.state(), batch_id=int(progress["batchId"]))
+                self.stats.mkdir(parents=True, exist_ok=True)
+                name = f"batch-{int(progress['batchId']):012d}.json"
+                tmp = self.stats / f".{name}.tmp"
+                tmp.write_text("".join(r.as_json() + "\n" for r in records))
+                tmp.replace(self.stats / name)
+        except Exception:  # a listener must never take the query down
+            log.exception("shedding controller: progress not processed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+
+#: One listener per (session, data directory): restarting a pipeline replaces its controller.
+_LISTENERS: dict[tuple[int, str], _ControllerListener] = {}
+
+
+def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
+    """Register (or renew) the listener that runs the shedding controller of ``cfg``'s joins query."""
+    queries, shedding = join_settings(cfg)
+    _validate(queries, shedding)
+    control = control_file(cfg)
+    controller = SheddingController(
+        [ControlledQuery(q.name, *_windows(q), q.strategy) for q in queries],
+        cpu_budget=shedding.cpu_budget,
+        trigger_s=cfg.pipeline.trigger_s,
+        smoothing=shedding.smoothing,
+        max_step=shedding.max_step,
+        x_left=shedding.x_left,
+        x_right=shedding.x_right,
+        initial=read_control_state(control),
+    )
+    key = (id(spark), str(Path(cfg.paths.data_dir).resolve()))
+    listener = _LISTENERS.get(key)
+    if listener is None:
+        listener = _ControllerListener(str(results_dir(cfg, "joins")), control, stats_dir(cfg), controller)
+        spark.streams.addListener(listener)
+        _LISTENERS[key] = listener
+    else:
+        with listener._lock:
+            listener.controller = controller
+    return controller
+
+
+def build_shedding_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
+    """The ``shedding`` result kind: the live controller of the joins query and its statistics.
+
+    Registers the controller (see :func:`start_controller`) and returns the per-batch
+    :class:`pipeline.shedding_controller.SheddingRecord` rows it writes, read back with Spark's
+    file source, for the ``results/shedding/`` sink.
+    """
+    queries, _ = join_settings(cfg)
+    if not queries:
+        return {}
+    spark = packets.sparkSession
+    start_controller(spark, cfg)
+    directory = stats_dir(cfg)
+    directory.mkdir(parents=True, exist_ok=True)
+    # Each file is read once, then deleted: the directory stays small on a long-running pipeline.
+    stats = spark.readStream.schema(STATS_SCHEMA).option("cleanSource", "delete").json(str(directory))
+    return {"shedding": stats}

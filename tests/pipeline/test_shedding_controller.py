@@ -1,0 +1,234 @@
+"""The shedding controller against hand-computed cases, fed progress JSON as Spark's listener sees it.
+
+The reference case is the worked example of ``docs/joins.md`` §3: λ_L = 100/s, λ_R = 200/s,
+T_L = 2 s, T_R = 1 s, f = 0.01, C_u = C_p = 1 ms. Unshed it costs (100 + 200)·1e-3 + 600·1e-3 = 0.9
+CPU s per second of event time; at a budget of 0.45 the optima are PNI (0.9, 0), CF (0.93596,
+0.46798) and INP (0.25, 0.25).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pipeline.shedding_controller import (
+    STATS_SCHEMA,
+    ControlledQuery,
+    SheddingController,
+    SheddingRecord,
+    read_control,
+    read_control_state,
+    write_control,
+)
+
+#: A progress event of the joins query as ``json.loads(event.progress.json)`` gives it: one batch
+#: covering 1 s of event time, the reference case unshed (the operator's sums in observedMetrics).
+PROGRESS = """
+{
+  "id": "3f1c2b7e-8a60-4a0e-9d51-6f1f0c2f7a10",
+  "runId": "9a6d1d0e-2f4b-4e57-8d8e-0b9a2c1e4f33",
+  "name": "joins",
+  "timestamp": "2026-11-22T04:00:01.000Z",
+  "batchId": 7,
+  "batchDuration": 1800,
+  "numInputRows": 300,
+  "inputRowsPerSecond": 300.0,
+  "processedRowsPerSecond": 166.7,
+  "durationMs": {"addBatch": 1500, "getBatch": 0, "latestOffset": 3, "queryPlanning": 40,
+                 "triggerExecution": 1800, "walCommit": 60},
+  "eventTime": {"avg": "2026-11-22T03:59:59.500Z", "max": "2026-11-22T04:00:00.000Z",
+                "min": "2026-11-22T03:59:59.000Z", "watermark": "2026-11-22T03:59:54.000Z"},
+  "stateOperators": [{"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 8,
+                      "numRowsUpdated": 8, "numRowsDroppedByWatermark": 0}],
+  "sources": [{"description": "KafkaV2[Subscribe[netmon.packets]]", "numInputRows": 300}],
+  "sink": {"description": "FileSink[/data/results/joins]", "numOutputRows": 600},
+  "observedMetrics": {
+    "join.link": {"n_left": 100, "n_right": 200, "inserted_left": 100, "inserted_right": 200,
+                  "probed_left": 100, "probed_right": 200, "expired_left": 90, "expired_right": 190,
+                  "late": 0, "results": 600, "state_left": 200, "state_right": 100,
+                  "unshed_estimate": 600.0, "update_s": 0.3, "probe_s": 0.6, "shed_s": 0.001,
+                  "total_s": 0.9, "busy_s": 0.9, "x_left": 1.0, "x_right": 1.0,
+                  "min_ts_ns": 1795319999000000000, "max_ts_ns": 1795320000000000000, "buckets": 8}
+  }
+}
+"""
+
+LINK = ControlledQuery("link", 2.0, 1.0, "pni")
+
+
+def progress(batch: int = 7, name: str = "link", **metrics: Any) -> dict[str, Any]:
+    body = json.loads(PROGRESS)
+    body["batchId"] = batch
+    m = body["observedMetrics"].pop("join.link")
+    m.update(metrics)
+    body["observedMetrics"][f"join.{name}"] = m
+    return body
+
+
+def controller(*queries: ControlledQuery, budget: float = 0.45, **kw: Any) -> SheddingController:
+    kw = {"smoothing": 1.0, "max_step": 1.0, **kw}
+    return SheddingController(queries or (LINK,), cpu_budget=budget, trigger_s=kw.pop("trigger_s", 1.0), **kw)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "x"), [("pni", (0.9, 0.0)), ("cf", (0.93596218, 0.46798109)), ("inp", (0.25, 0.25))]
+)
+def test_optimum_of_the_reference_case(strategy: str, x: tuple[float, float]) -> None:
+    c = controller(ControlledQuery("link", 2.0, 1.0, strategy))
+    [r] = c.update(progress())
+    assert (r.lambda_left, r.lambda_right, r.span_s) == (100.0, 200.0, 1.0)
+    assert r.selectivity == pytest.approx(0.01)  # 600 results / (100·200·3)
+    assert (r.cu_s, r.cp_s) == (pytest.approx(1e-3), pytest.approx(1e-3))  # 0.3/300, 0.6/600
+    assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(x[0]), pytest.approx(x[1]))
+    assert c.fractions["link"] == (pytest.approx(x[0]), pytest.approx(x[1]))  # smoothing 1
+    assert r.utilisation == pytest.approx(0.9) and r.batch_utilisation == pytest.approx(1.8)
+    assert (r.x_left, r.x_right, r.results, r.batch_id) == (1.0, 1.0, 600, 7)
+    assert r.event_time == "2026-11-22T04:00:00Z"
+
+
+def test_smoothing_and_bounded_step() -> None:
+    c = controller(smoothing=0.5, max_step=0.25)
+    [r] = c.update(progress())
+    # x_L: 1 + 0.5·(0.9 − 1) = 0.95; x_R: 1 + max(−0.25, 0.5·(0 − 1)) = 0.75.
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.95), pytest.approx(0.75))
+    # Next second (same measurements, applied fractions as chosen): the costs' EWMA is unchanged,
+    # the optimum too; x_R moves another bounded step, x_L half the remaining way.
+    hi = 1795320000000000000
+    [r] = c.update(progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.95, x_right=0.75))
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.925), pytest.approx(0.5))
+    assert r.span_s == 1.0  # the advance of the clock since the previous batch
+
+
+def test_costs_are_smoothed_with_ewma() -> None:
+    c = controller(smoothing=0.5)
+    c.update(progress())
+    hi = 1795320000000000000
+    # Twice as slow: C_u = C_p = 2 ms measured, 1.5 ms smoothed.
+    [r] = c.update(progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, update_s=0.6, probe_s=1.2, busy_s=1.8))
+    assert (r.cu_s, r.cp_s) == (pytest.approx(1.5e-3), pytest.approx(1.5e-3))
+
+
+def test_faster_than_real_time_the_budget_is_per_trigger_interval() -> None:
+    # Replay at 2× speed: 2 s of event time per 1 s batch. The batch may use 0.45 CPU s, i.e.
+    # 0.225 per event second. PNI fills the left side first (400 results per unit of weight 0.5,
+    # against 200 per 0.4 on the right): x_L = 0.225 / 0.5 = 0.45.
+    lo = 1795319998000000000
+    c = controller()
+    doubled = {"n_left": 200, "n_right": 400, "inserted_left": 200, "inserted_right": 400, "results": 1200}
+    times = {"update_s": 0.6, "probe_s": 1.2, "busy_s": 1.8}
+    [r] = c.update(progress(**doubled, **times, unshed_estimate=1200.0, min_ts_ns=lo))
+    assert (r.lambda_left, r.lambda_right, r.span_s) == (100.0, 200.0, 2.0)
+    assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
+    assert r.expected_results == pytest.approx(180.0 * 2)
+
+
+def test_operator_overhead_is_charged_to_the_costs() -> None:
+    # busy_s = 2 × (update_s + probe_s): the costs double (2 ms each), the unshed cost is 1.8,
+    # and PNI's x_L halves to 0.45.
+    [r] = controller().update(progress(busy_s=1.8))
+    assert (r.cu_s, r.cp_s) == (pytest.approx(2e-3), pytest.approx(2e-3))
+    assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
+
+
+def test_feasible_join_keeps_everything() -> None:
+    c = controller(budget=0.95)
+    [r] = c.update(progress())
+    assert (r.optimum_x_left, r.optimum_x_right, r.next_x_left, r.next_x_right) == (1.0, 1.0, 1.0, 1.0)
+    assert r.expected_results == pytest.approx(600.0)
+
+
+def test_queries_share_the_budget_in_proportion_to_their_cost() -> None:
+    # Two identical joins, each 0.9: the 0.9 budget gives each 0.45, so each gets PNI (0.9, 0).
+    a, b = ControlledQuery("a", 2.0, 1.0, "pni"), ControlledQuery("b", 2.0, 1.0, "pni")
+    body = progress(name="a")
+    body["observedMetrics"]["join.b"] = body["observedMetrics"]["join.a"]
+    records = controller(a, b, budget=0.9).update(body)
+    assert [(r.query, r.optimum_x_left, r.optimum_x_right) for r in records] == [
+        ("a", pytest.approx(0.9), 0.0),
+        ("b", pytest.approx(0.9), 0.0),
+    ]
+
+
+def test_none_is_measured_but_never_shed_and_stale_batches_are_ignored() -> None:
+    c = controller(ControlledQuery("link", 2.0, 1.0, "none"), ControlledQuery("idle", 1.0, 1.0, "pni"))
+    [r] = c.update(progress())  # "idle" had no input: no record
+    assert (r.query, r.next_x_left, r.next_x_right, r.optimum_x_left) == ("link", 1.0, 1.0, 1.0)
+    assert r.utilisation == pytest.approx(0.9)
+    assert c.update(progress()) == [] and c.update(progress(batch=3)) == []
+    assert c.update({"batchId": 9, "observedMetrics": {}}) == []
+
+
+def test_first_batch_without_results_uses_the_update_cost_only() -> None:
+    # No result yet: f = 0, C_p unknown but irrelevant; the update cost 0.3 fits the budget.
+    [r] = controller().update(progress(results=0, unshed_estimate=0.0, probe_s=0.0, busy_s=0.3))
+    assert r.selectivity == 0.0 and math.isnan(r.cp_s)
+    assert (r.next_x_left, r.next_x_right) == (1.0, 1.0)
+
+
+def test_state_round_trips_through_the_control_file(tmp_path: Path) -> None:
+    c = controller(smoothing=0.5, max_step=0.25)
+    c.update(progress())
+    path = tmp_path / "control" / "fractions.json"
+    write_control(path, c.state(), batch_id=7)
+    assert read_control(path) == {"link": (pytest.approx(0.95), pytest.approx(0.75))}
+    again = controller(smoothing=0.5, max_step=0.25, initial=read_control_state(path))
+    assert again.fractions == c.fractions and again.state() == c.state()
+    hi = 1795320000000000000
+    nxt = progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.95, x_right=0.75)
+    assert again.update(nxt) == c.update(nxt)
+    assert not list(path.parent.glob(".*")), "no temporary file left behind"
+
+
+def test_control_file_is_clamped_and_tolerates_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "fractions.json"
+    path.write_text(json.dumps({"version": 1, "queries": {"q": {"x_left": 3, "x_right": -1}}}))
+    assert read_control(path) == {"q": (1.0, 0.0)}
+    for text in ("{", "[]", json.dumps({"version": 99, "queries": {}}), json.dumps({"version": 1})):
+        path.write_text(text)
+        assert read_control(path) == {} and read_control_state(path) == {}
+
+
+def test_parameters_are_validated() -> None:
+    for kw, name in (
+        ({"cpu_budget": 0}, "cpu_budget"),
+        ({"trigger_s": -1}, "trigger_s"),
+        ({"smoothing": 0}, "smoothing"),
+        ({"max_step": 1.5}, "max_step"),
+        ({"x_left": 2}, "x_left"),
+    ):
+        args: dict[str, Any] = {"cpu_budget": 0.5, "trigger_s": 1.0, **kw}
+        with pytest.raises(ValueError, match=name):
+            SheddingController([LINK], **args)
+
+
+def test_records_serialise_to_the_stats_schema() -> None:
+    [r] = controller().update(progress(results=0, unshed_estimate=0.0, probe_s=0.0))
+    row = json.loads(r.as_json())
+    assert row["cp_s"] is None  # NaN -> null
+    names = [field.split()[0] for field in STATS_SCHEMA.split(", ")]
+    assert names == list(row) == list(SheddingRecord.__dataclass_fields__)
+    assert "batch_time TIMESTAMP" in STATS_SCHEMA and "event_time TIMESTAMP" in STATS_SCHEMA
+
+
+def test_listener_writes_fractions_and_statistics(tmp_path: Path) -> None:
+    from pipeline.joins import _ControllerListener
+
+    control, stats = tmp_path / "fractions.json", tmp_path / "stats"
+    listener = _ControllerListener("/data/results/joins", control, stats, controller())
+    event = SimpleNamespace(progress=SimpleNamespace(json=PROGRESS))
+    listener.onQueryProgress(event)
+    assert read_control(control) == {"link": (pytest.approx(0.9), 0.0)}
+    [line] = (stats / "batch-000000000007.json").read_text().splitlines()
+    assert json.loads(line)["next_x_left"] == pytest.approx(0.9)
+    # Another query's progress (another sink) and a malformed event are ignored, never raised.
+    other = SimpleNamespace(
+        progress=SimpleNamespace(json=PROGRESS.replace("/data/results/joins", "/x/traffic"))
+    )
+    listener.onQueryProgress(other)
+    listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json="{")))
+    assert sorted(p.name for p in stats.iterdir()) == ["batch-000000000007.json"]
