@@ -104,7 +104,7 @@ class PipelineConfig:
     watermark_s: float = 5.0
     trigger_s: float = 1.0
     #: result kinds to run (pipeline.job.KINDS)
-    kinds: tuple[str, ...] = ("traffic",)
+    kinds: tuple[str, ...] = ("traffic", "topk", "joins", "shedding")
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
 
@@ -134,7 +134,8 @@ class TopKQuery:
     key: str = "src_ip"
     #: "packets" or "bytes"
     weight: str = "packets"
-    window_s: float = 60.0
+    #: "who is eating the link right now": a 10 s window slid every second
+    window_s: float = 10.0
     sub_window_s: float = 1.0
     k: int = 10
 

@@ -86,6 +86,16 @@ def _start_alerts(dcfg: Config) -> threading.Event:
     return AlertService(dcfg, dataclasses.replace(alerts_config(dcfg), group_id=group)).start()
 
 
+def _rows_per_kind(cfg: Config) -> dict[str, int]:
+    from netmon.results import read_results, results_dir
+
+    out = {}
+    for kind in cfg.pipeline.kinds:
+        table = read_results(results_dir(cfg, kind))
+        out[kind] = 0 if table is None else table.num_rows
+    return out
+
+
 def run_demo(
     cfg: Config,
     *,
@@ -166,12 +176,18 @@ def run_demo(
             if packets >= expected:
                 break
             time.sleep(1.0)
-        result = DemoSummary(expected, packets, windows, time.monotonic() - started, url)
         if packets != expected:
             raise RuntimeError(
                 f"timed out after {timeout_s:.0f}s: {packets:,} of {expected:,} packets in the results"
             )
+        # The other kinds read Kafka on their own: let each drain, then one more trigger so
+        # windows closed by the final watermark are written.
+        pipeline.process_all_available()
+        time.sleep(2 * cfg.pipeline.trigger_s)
+        pipeline.poll()
+        result = DemoSummary(expected, packets, windows, time.monotonic() - started, url)
         _say(result.line())
+        _say("results: " + ", ".join(f"{kind} {rows:,} rows" for kind, rows in _rows_per_kind(dcfg).items()))
         if until_done:
             return result
         _say("demo running: Ctrl-C stops everything")
