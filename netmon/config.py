@@ -104,7 +104,7 @@ class PipelineConfig:
     watermark_s: float = 5.0
     trigger_s: float = 1.0
     #: result kinds to run (pipeline.job.KINDS)
-    kinds: tuple[str, ...] = ("traffic", "topk", "joins", "shedding")
+    kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding")
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
 

@@ -1,0 +1,60 @@
+"""Distinct counts: per query, the top groups' distinct counts over event time, and suspects.
+
+A group whose distinct count reaches the threshold is listed: a destination with many sources
+(DDoS victim), a source probing many ports or hosts (scan).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import plotly.express as px
+import streamlit as st
+
+from dashboard import data
+from dashboard import data_distinct as dd
+
+cfg = data.config()
+st.title("Distinct counts")
+
+RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
+left, mid, right = st.columns([3, 1, 1])
+choice = left.segmented_control(
+    "Time range (event time, up to the newest window)", list(RANGES), default="all"
+)
+threshold = mid.number_input("Suspect threshold (distinct)", min_value=1, value=100, step=10)
+lines = right.number_input("Groups per chart", min_value=1, max_value=20, value=5)
+
+
+@st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
+def panel() -> None:
+    df = dd.distinct_counts(str(cfg.paths.data_dir))
+    if df.empty:
+        st.info(
+            f"No distinct-count results yet in {cfg.paths.data_dir}/results/distinct — is the pipeline "
+            "running with the `distinct` kind?"
+        )
+        return
+    df = dd.in_range(df, RANGES.get(choice or "all"))
+    configured = {q.name: q for q in cfg.queries.distinct}
+    names = [n for n in configured if n in set(df["query"])]
+    names += sorted(set(df["query"]) - set(names))
+    for name in names:
+        rows = df[df["query"] == name]
+        st.subheader(name)
+        if name in configured:
+            st.caption(dd.describe(configured[name]) + "; each slide keeps its top groups")
+        series = dd.top_series(rows, int(lines))
+        fig = px.line(series, x="window_end", y="distinct", color="group", markers=len(series) < 200)
+        fig.update_layout(
+            xaxis_title="window end (event time, UTC)", yaxis_title="distinct", legend_title="group"
+        )
+        st.plotly_chart(fig, width="stretch", key=f"chart-{name}")
+        flagged = dd.suspects(rows, int(threshold))
+        if flagged.empty:
+            st.caption(f"No group reached {int(threshold):,} in this range.")
+        else:
+            st.dataframe(flagged, hide_index=True, width="stretch", key=f"suspects-{name}")
+
+
+panel()
