@@ -186,37 +186,23 @@ class PacketProducer:
 
     def ensure_topic(self) -> bool:
         """Create the topic if it does not exist; return whether this call created it."""
-        from kafka.admin import KafkaAdminClient
-        from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+        from kafka.errors import KafkaError, KafkaTimeoutError
 
-        ms = int(self.timeout_s * 1000)
+        from netmon.kafka_admin import ensure_topic
+
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap,
-                client_id="netmon-ingest-admin",
-                bootstrap_timeout_ms=ms,
-                request_timeout_ms=ms,
+            created = ensure_topic(
+                self.bootstrap, self.topic, self.partitions, self.replication, timeout_s=self.timeout_s
             )
         except (KafkaTimeoutError, OSError) as exc:
-            raise self._unavailable("no answer to a metadata request", exc) from None
-        try:
-            if self.topic in admin.list_topics():
-                return False
-            spec = {self.topic: {"num_partitions": self.partitions, "replication_factor": self.replication}}
-            try:
-                admin.create_topics(spec, timeout_ms=ms, wait_for_metadata=True)
-            except TopicAlreadyExistsError:
-                return False
-            log.info("created topic", extra={"topic": self.topic, "partitions": self.partitions})
-            return True
-        except KafkaTimeoutError as exc:
             raise self._unavailable(f"topic {self.topic!r} not created", exc) from None
         except KafkaError as exc:
             raise BrokerUnavailable(
                 f"cannot create topic {self.topic!r} on {self.bootstrap}: {exc}"
             ) from None
-        finally:
-            admin.close()
+        if created:
+            log.info("created topic", extra={"topic": self.topic, "partitions": self.partitions})
+        return created
 
     def _connect(self, client_id: str) -> Any:
         from kafka import KafkaProducer

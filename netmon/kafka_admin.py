@@ -25,7 +25,12 @@ def ensure_topic(
     try:
         if topic in admin.list_topics():
             return False
-        admin.create_topics([NewTopic(topic, partitions, replication)])
+        # Wait for the metadata so a producer or Spark sees the new partitions at once.
+        admin.create_topics(
+            [NewTopic(topic, partitions, replication)],
+            timeout_ms=int(timeout_s * 1000),
+            wait_for_metadata=True,
+        )
         return True
     except TopicAlreadyExistsError:
         return False
