@@ -86,7 +86,7 @@ class GenerateSummary:
         return asdict(self)
 
 
-def parse_start(text: str) -> int:
+def parse_start(text: str, option: str = "--start") -> int:
     """An ISO-8601 time (UTC unless it says otherwise) as integer nanoseconds since the epoch.
 
     >>> parse_start("2024-01-01T00:00:00Z")
@@ -95,7 +95,7 @@ def parse_start(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--start {text!r} is not an ISO-8601 time (e.g. {DEFAULT_START})") from None
+        raise ValueError(f"{option} {text!r} is not an ISO-8601 time (e.g. {DEFAULT_START})") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     delta = moment - datetime(1970, 1, 1, tzinfo=UTC)

@@ -9,7 +9,8 @@ through :class:`ingest.producer.PacketProducer`. Modes (:class:`ReplayOptions`):
 - ``pps``: a fixed rate of records per second;
 - ``loop``: replay the file N times; loop *k* shifts timestamps by *k* spans, a span being
   ``max(ts) - min(ts)`` plus one mean inter-arrival time, so event time keeps increasing;
-- ``rebase_time``: shift every timestamp so that the first packet is "now";
+- ``rebase_time``: shift every timestamp so that the first packet is "now"; ``start_ns``: so that
+  it is at a given time (several captures replayed one after another on one time line);
 - ``limit``: stop after N records produced; ``filter``: keep only records matching an
   :mod:`ingest.filters` expression.
 
@@ -55,6 +56,8 @@ class ReplayOptions:
     pps: float | None = None
     loop: int = 1
     rebase_time: bool = False
+    #: shift every timestamp so that the first packet is at this time (ns since the epoch)
+    start_ns: int | None = None
     limit: int | None = None
     filter: str | None = None
     iface: str | None = None
@@ -73,6 +76,8 @@ class ReplayOptions:
             raise ValueError(f"--speed must be > 0, got {self.speed}")
         if self.pps is not None and not self.pps > 0:
             raise ValueError(f"--pps must be > 0, got {self.pps}")
+        if self.rebase_time and self.start_ns is not None:
+            raise ValueError("--rebase-time and --start-at are exclusive: choose one time base")
         if self.loop < 1:
             raise ValueError(f"--loop must be >= 1, got {self.loop}")
         if self.limit is not None and self.limit < 0:
@@ -411,7 +416,8 @@ class _Run:
             if k == 0:
                 self._extent(ts)
             if self.rebase_ns is None:
-                self.rebase_ns = time.time_ns() - int(ts[0]) if self.opts.rebase_time else 0
+                start = time.time_ns() if self.opts.rebase_time else self.opts.start_ns
+                self.rebase_ns = 0 if start is None else start - int(ts[0])
             batch = shift_ts(batch, self.rebase_ns + k * self.span_ns)
             if self.filter is not None:
                 kept = self.filter.apply(batch)

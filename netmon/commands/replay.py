@@ -23,6 +23,11 @@ from netmon.config import Config
 @click.option("--pps", type=float, help="Fixed rate, packets per second.")
 @click.option("--loop", type=int, default=1, show_default=True, help="Replay N times, event time increasing.")
 @click.option("--rebase-time", is_flag=True, help="Shift timestamps so the first packet is now.")
+@click.option(
+    "--start-at",
+    metavar="TIME",
+    help="Shift timestamps so the first packet is at TIME (ISO-8601, e.g. 2024-05-01T12:00:00Z).",
+)
 @click.option("--limit", type=int, help="Stop after N records produced.")
 @click.option(
     "--filter", "filter_", metavar="EXPR", help='Keep matching records: "proto=tcp and dst_port=80".'
@@ -48,6 +53,7 @@ def command(
     pps: float | None,
     loop: int,
     rebase_time: bool,
+    start_at: str | None,
     limit: int | None,
     filter_: str | None,
     iface: str | None,
@@ -61,6 +67,7 @@ def command(
     """Replay a pcap/pcapng capture (optionally gzip-compressed) into Kafka."""
     from ingest.errors import CaptureError
     from ingest.filters import FilterError
+    from ingest.generate import parse_start
     from ingest.producer import BrokerUnavailable
     from ingest.replay import ReplayOptions, replay
 
@@ -70,6 +77,7 @@ def command(
             pps=pps,
             loop=loop,
             rebase_time=rebase_time,
+            start_ns=None if start_at is None else parse_start(start_at, "--start-at"),
             limit=limit,
             filter=filter_,
             iface=iface,

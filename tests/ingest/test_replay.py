@@ -159,6 +159,8 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, sample: Path) -> None:
         cli, ["replay", str(sample), "--speed", "2", "--pps", "5", "--bootstrap", "127.0.0.1:1"]
     )
     assert res.exit_code == 2 and "exclusive" in res.output
+    res = runner.invoke(cli, ["replay", str(sample), "--start-at", "yesterday", "--bootstrap", "127.0.0.1:1"])
+    assert res.exit_code == 2 and "--start-at 'yesterday' is not an ISO-8601 time" in res.output
     res = runner.invoke(cli, ["replay", str(sample), "--bootstrap", "127.0.0.1:1", "--timeout", "1", "-q"])
     assert res.exit_code == 1 and "Kafka broker at 127.0.0.1:1 unavailable" in res.output
 
@@ -251,6 +253,21 @@ def test_rebase_time_makes_the_capture_look_live(kafka_bootstrap: str, sample: P
     consumed = ts_of(records_of(consume_all(kafka_bootstrap, topic)))
     shift = int(consumed.min() - original.min())
     assert before <= original[0] + shift <= after
+    assert np.array_equal(np.sort(consumed), np.sort(original + shift))
+
+
+@pytest.mark.kafka
+def test_start_at_puts_the_first_packet_at_the_given_time(kafka_bootstrap: str, sample: Path) -> None:
+    topic = topic_name("start")
+    res = CliRunner().invoke(
+        cli,
+        ["replay", str(sample), "--bootstrap", kafka_bootstrap, "--topic", topic, "-q"]
+        + ["--start-at", "2030-01-02T03:04:05.000006Z"],
+    )
+    assert res.exit_code == 0, res.output
+    original = ts_of(table_of(sample))
+    consumed = ts_of(records_of(consume_all(kafka_bootstrap, topic)))
+    shift = 1_893_553_445_000_006_000 - int(original[0])
     assert np.array_equal(np.sort(consumed), np.sort(original + shift))
 
 
