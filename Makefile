@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.netmon-installed
 
-.PHONY: all setup demo demo-check test lint fmt bench clean prereqs
+.PHONY: all setup system-deps demo demo-check test lint fmt bench clean prereqs
 
 all: setup
 
@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml | prereqs
 	@touch $(STAMP)
 
 # Virtualenv + Python packages + JVM jars (Kafka broker, Spark's Kafka connector). Idempotent.
-setup: $(STAMP)
+setup: system-deps $(STAMP)
 	$(BIN)/netmon setup
+
+# System libraries: libpcap for `capture --bpf` (installed with apt-get when root; else a hint).
+system-deps:
+	@sh scripts/system-deps.sh
 
 demo: setup
 	$(BIN)/netmon demo

@@ -221,12 +221,26 @@ def _attach_bpf(sock: socket.socket, expression: str, iface: str) -> None:
         attach_filter(sock, expression, iface)
     except ImportError:
         raise LiveCaptureError(
-            "--bpf needs libpcap to compile the expression (install it, e.g. apt-get install libpcap0.8), "
-            "or filter decoded records with --filter"
+            "--bpf needs libpcap to compile the expression (`make setup` installs it as root, "
+            "or: apt-get install libpcap0.8), or filter decoded records with --filter"
         ) from None
-    except (Scapy_Exception, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LiveCaptureError(f"bad BPF expression {expression!r}: {first}") from None
+    except Scapy_Exception as exc:
+        raise LiveCaptureError(
+            f"bad --bpf expression {expression!r}: {_pcap_reason(exc, expression)}"
+        ) from None
+    except OSError as exc:
+        raise LiveCaptureError(
+            f"--bpf {expression!r}: the kernel rejected the compiled filter: {exc.strerror or exc}"
+        ) from None
+
+
+def _pcap_reason(exc: Exception, expression: str) -> str:
+    """libpcap's own words, from Scapy's "Failed to compile filter expression EXPR (REASON)"."""
+    text = str(exc).strip()
+    prefix = f"Failed to compile filter expression {expression!r} ("
+    if text.startswith(prefix) and text.endswith(")"):
+        text = text[len(prefix) : -1]
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def open_socket(

@@ -17,7 +17,11 @@ from netmon.config import Config
 
 @click.command("capture")
 @click.option("--iface", help="Interface to capture on (see --list-ifaces).")
-@click.option("--bpf", metavar="EXPR", help='Kernel filter, tcpdump syntax: "tcp port 80" (needs libpcap).')
+@click.option(
+    "--bpf",
+    metavar="EXPR",
+    help='Kernel filter, tcpdump syntax: "tcp port 80" (needs libpcap; make setup installs it).',
+)
 @click.option("--filter", "filter_", metavar="EXPR", help='netmon field filter on records: "proto=udp".')
 @click.option("--count", type=int, help="Stop after N packets.")
 @click.option("--duration", "duration_s", type=float, help="Stop after S seconds.")
