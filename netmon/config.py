@@ -1,8 +1,10 @@
 """netmon's configuration: one optional TOML file, defaults built in, environment overrides.
 
 Each ``netmon.toml`` section is a frozen, keyword-only dataclass; :class:`Config` composes them.
-Defaults live only in the dataclasses. Unknown sections or keys and wrong types are errors that
-name the section and key. Environment variables override the file:
+Defaults live only in the dataclasses. Unknown sections or keys, wrong types and bad values are
+errors that name the section and key (``[[queries.join]]``, ``[shedding]`` and ``[alerts]`` check
+their values in ``__post_init__``, when the section is built). Environment variables override the
+file:
 
 ==========================  ==========================================
 ``NETMON_CONFIG``           path of the TOML file (same as ``--config``)
@@ -25,21 +27,29 @@ from pathlib import Path
 from typing import Any
 
 from alerts.config import AlertRule, AlertsConfig, AlertTarget
+from analytics.join_cost import STRATEGIES
 
 __all__ = [
+    "JOIN_QUERY_KINDS",
     "Config",
     "ConfigError",
     "DashboardConfig",
+    "DistinctQuery",
     "IngestConfig",
+    "JoinQuery",
     "KafkaConfig",
     "PathsConfig",
     "PipelineConfig",
     "QueriesConfig",
-    "TopKQuery",
-    "DistinctQuery",
+    "SheddingConfig",
     "SparkConfig",
+    "TopKQuery",
+    "check_unique_names",
     "load_config",
 ]
+
+#: The kinds of ``[[queries.join]]`` query (``query = ...``).
+JOIN_QUERY_KINDS = ("handshake", "link")
 
 
 class ConfigError(ValueError):
@@ -155,6 +165,63 @@ class DistinctQuery:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JoinQuery:
+    """A window join over the packet stream: ``[[queries.join]]``.
+
+    ``query = "handshake"``: SYN ⋈ SYN-ACK on the reversed 4-tuple with ``ack = seq + 1``, a SYN-ACK
+    at most ``window_s`` after its SYN (``T_L = window_s``, ``T_R = 0``); unanswered SYNs become
+    ``unmatched`` rows. ``query = "link"``: stream ``left`` ⋈ stream ``right`` (filter expressions,
+    ``ingest.filters``) on ``key`` (``right_key`` for the right stream if given) within
+    ``window_s`` both ways.
+    """
+
+    name: str
+    #: "handshake" or "link"
+    query: str = "handshake"
+    window_s: float = 3.0
+    #: link: filter expressions of streams A and B, e.g. "iface=eth0" / "iface=eth1"
+    left: str = ""
+    right: str = ""
+    #: link: the join key (record columns), and B's key when it differs
+    key: str = "src_ip"
+    right_key: str = ""
+    #: load shedding: none, cf, inp or pni (seed 003 §3.3)
+    strategy: str = "pni"
+
+    def __post_init__(self) -> None:
+        where = f"[[queries.join]] {self.name!r}"
+        if self.query not in JOIN_QUERY_KINDS:
+            raise ConfigError(
+                f"{where} query: expected one of {', '.join(JOIN_QUERY_KINDS)}, got {self.query!r}"
+            )
+        if not self.window_s >= 0:
+            raise ConfigError(f"{where} window_s: expected a number of seconds >= 0, got {self.window_s!r}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"{where} strategy: expected one of {', '.join(STRATEGIES)} (max-subset runs offline only: "
+                f"netmon eval shedding), got {self.strategy!r}"
+            )
+        if self.query == "link":
+            # Imported here: both need pyarrow, which the handshake default and the CLI's start skip.
+            from analytics.keys import parse_key
+            from ingest.filters import parse_filter
+
+            for name in ("key", "right_key"):
+                if getattr(self, name):
+                    try:
+                        parse_key(getattr(self, name))
+                    except ValueError as exc:
+                        raise ConfigError(f"{where} {name}: {exc}") from None
+            for name in ("left", "right"):
+                if not getattr(self, name).strip():
+                    raise ConfigError(f"{where} {name}: a link query needs a filter expression")
+                try:
+                    parse_filter(getattr(self, name))
+                except ValueError as exc:
+                    raise ConfigError(f"{where} {name}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueriesConfig:
     """The analytic queries the pipeline runs (besides traffic, which always runs)."""
 
@@ -172,6 +239,53 @@ class QueriesConfig:
             name="flows-per-protocol", count="src_ip,dst_ip,src_port,dst_port,proto", group_by="proto"
         ),
     )
+    #: the handshake query; link correlation needs its two filters
+    join: tuple[JoinQuery, ...] = (JoinQuery(name="handshake"),)
+
+    def __post_init__(self) -> None:
+        check_unique_names("join", self.join)
+
+
+def check_unique_names(kind: str, queries: typing.Iterable[Any]) -> None:
+    """A ``[[queries.<kind>]]`` list whose names repeat is an error."""
+    names = [q.name for q in queries]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"[[queries.{kind}]] name: query names must be unique, got {names}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SheddingConfig:
+    """The join operator and its load-shedding controller: ``[shedding]``."""
+
+    #: the join's share of each trigger interval (1.0 = one core for the whole interval)
+    cpu_budget: float = 0.8
+    #: fractions before the controller's first decision (and without the "shedding" kind)
+    x_left: float = 1.0
+    x_right: float = 1.0
+    #: weight of the newest measurement / optimum in the controller's smoothing (0 < s <= 1)
+    smoothing: float = 0.5
+    #: largest change of a fraction per batch
+    max_step: float = 0.25
+    #: hash buckets of join keys per query (one stateful call each per micro-batch)
+    buckets: int = 8
+    #: seed of the shedders' random generators
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.buckets >= 1:
+            raise ConfigError(f"[shedding] buckets: expected an integer >= 1, got {self.buckets!r}")
+        if not self.cpu_budget > 0:
+            raise ConfigError(f"[shedding] cpu_budget: expected a fraction > 0, got {self.cpu_budget!r}")
+        for name in ("smoothing", "max_step"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(
+                    f"[shedding] {name}: expected a number in (0, 1], got {getattr(self, name)!r}"
+                )
+        for name in ("x_left", "x_right"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(
+                    f"[shedding] {name}: expected a fraction in [0, 1], got {getattr(self, name)!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +297,8 @@ class Config:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     queries: QueriesConfig = field(default_factory=QueriesConfig)
+    #: the join operator's load shedding (the join queries themselves are ``[[queries.join]]``)
+    shedding: SheddingConfig = field(default_factory=SheddingConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
@@ -206,6 +322,7 @@ class Config:
 _QUERY_TYPES = {
     "TopKQuery": TopKQuery,
     "DistinctQuery": DistinctQuery,
+    "JoinQuery": JoinQuery,
     "AlertRule": AlertRule,
     "AlertTarget": AlertTarget,
 }

@@ -43,7 +43,6 @@ import ipaddress
 import json
 import logging
 import threading
-from dataclasses import dataclass
 from functools import reduce
 from operator import and_
 from pathlib import Path
@@ -54,9 +53,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
-from analytics.join_cost import STRATEGIES
 from analytics.keys import parse_key
-from netmon.config import Config
+from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig, check_unique_names
 from netmon.results import results_dir
 from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
 from pipeline.shedding_controller import (
@@ -69,7 +67,6 @@ from pipeline.shedding_controller import (
 )
 
 __all__ = [
-    "DEFAULT_QUERIES",
     "JOIN_QUERY_KINDS",
     "RESULT_COLUMNS",
     "JoinQuery",
@@ -82,7 +79,6 @@ __all__ = [
     "build_staged",
     "control_file",
     "filter_column",
-    "join_settings",
     "join_specs",
     "side_conditions",
     "start_controller",
@@ -91,8 +87,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The built-in join queries.
-JOIN_QUERY_KINDS = ("handshake", "link")
 #: The columns of the ``joins`` result kind.
 RESULT_COLUMNS = tuple(c for c in PAIR_COLUMNS if c != "bucket")
 
@@ -100,106 +94,7 @@ _SYN, _ACK = 0x02, 0x10
 _SEQ_MOD = 2**32
 
 
-# -- settings (to move into netmon.config as [[queries.join]] and [shedding]) --------------------
-@dataclass(frozen=True, kw_only=True)
-class JoinQuery:
-    """A window join over the packet stream: ``[[queries.join]]``.
-
-    ``query = "handshake"``: SYN ⋈ SYN-ACK on the reversed 4-tuple with ``ack = seq + 1``, a SYN-ACK
-    at most ``window_s`` after its SYN (``T_L = window_s``, ``T_R = 0``); unanswered SYNs become
-    ``unmatched`` rows. ``query = "link"``: stream ``left`` ⋈ stream ``right`` (filter expressions,
-    ``ingest.filters``) on ``key`` (``right_key`` for the right stream if given) within
-    ``window_s`` both ways.
-    """
-
-    name: str
-    #: "handshake" or "link"
-    query: str = "handshake"
-    window_s: float = 3.0
-    #: link: filter expressions of streams A and B, e.g. "iface=eth0" / "iface=eth1"
-    left: str = ""
-    right: str = ""
-    #: link: the join key (record columns), and B's key when it differs
-    key: str = "src_ip"
-    right_key: str = ""
-    #: load shedding: none, cf, inp or pni (seed 003 §3.3)
-    strategy: str = "pni"
-
-
-@dataclass(frozen=True, kw_only=True)
-class SheddingConfig:
-    """The join operator and its load-shedding controller: ``[shedding]``."""
-
-    #: the join's share of each trigger interval (1.0 = one core for the whole interval)
-    cpu_budget: float = 0.8
-    #: fractions before the controller's first decision (and without the "shedding" kind)
-    x_left: float = 1.0
-    x_right: float = 1.0
-    #: weight of the newest measurement / optimum in the controller's smoothing (0 < s <= 1)
-    smoothing: float = 0.5
-    #: largest change of a fraction per batch
-    max_step: float = 0.25
-    #: hash buckets of join keys per query (one stateful call each per micro-batch)
-    buckets: int = 8
-    #: seed of the shedders' random generators
-    seed: int = 0
-
-
-#: The default join queries (the handshake query; link correlation needs its two filters).
-DEFAULT_QUERIES: tuple[JoinQuery, ...] = (JoinQuery(name="handshake"),)
-
-
-def join_settings(cfg: Config) -> tuple[tuple[JoinQuery, ...], SheddingConfig]:
-    """``[[queries.join]]`` and ``[shedding]`` of ``cfg`` (the defaults until the config has them)."""
-    queries = getattr(cfg.queries, "join", None)
-    shedding = getattr(cfg, "shedding", None)
-    return (DEFAULT_QUERIES if queries is None else tuple(queries)), (shedding or SheddingConfig())
-
-
-def _validate(queries: tuple[JoinQuery, ...], shedding: SheddingConfig) -> None:
-    from ingest.filters import parse_filter
-
-    for q in queries:
-        where = f"[[queries.join]] {q.name!r}"
-        if q.query not in JOIN_QUERY_KINDS:
-            raise ValueError(f"{where} query: expected one of {', '.join(JOIN_QUERY_KINDS)}, got {q.query!r}")
-        if not q.window_s >= 0:
-            raise ValueError(f"{where} window_s: expected a number of seconds >= 0, got {q.window_s!r}")
-        if q.strategy not in STRATEGIES:
-            raise ValueError(
-                f"{where} strategy: expected one of {', '.join(STRATEGIES)} (max-subset runs offline only: "
-                f"netmon eval shedding), got {q.strategy!r}"
-            )
-        if q.query == "link":
-            for name in ("key", "right_key"):
-                if getattr(q, name):
-                    try:
-                        parse_key(getattr(q, name))
-                    except ValueError as exc:
-                        raise ValueError(f"{where} {name}: {exc}") from None
-            for name in ("left", "right"):
-                if not getattr(q, name).strip():
-                    raise ValueError(f"{where} {name}: a link query needs a filter expression")
-                parse_filter(getattr(q, name))
-    names = [q.name for q in queries]
-    if len(set(names)) != len(names):
-        raise ValueError(f"[[queries.join]] name: query names must be unique, got {names}")
-    if not shedding.buckets >= 1:
-        raise ValueError(f"[shedding] buckets: expected an integer >= 1, got {shedding.buckets!r}")
-    if not shedding.cpu_budget > 0:
-        raise ValueError(f"[shedding] cpu_budget: expected a fraction > 0, got {shedding.cpu_budget!r}")
-    for name in ("smoothing", "max_step"):
-        if not 0 < getattr(shedding, name) <= 1:
-            raise ValueError(
-                f"[shedding] {name}: expected a number in (0, 1], got {getattr(shedding, name)!r}"
-            )
-    for name in ("x_left", "x_right"):
-        if not 0 <= getattr(shedding, name) <= 1:
-            raise ValueError(
-                f"[shedding] {name}: expected a fraction in [0, 1], got {getattr(shedding, name)!r}"
-            )
-
-
+# -- settings: [[queries.join]] and [shedding] (netmon.config, checked when the config is built) ---
 def _windows(q: JoinQuery) -> tuple[float, float]:
     """``(T_L, T_R)`` of a query."""
     return (q.window_s, 0.0) if q.query == "handshake" else (q.window_s, q.window_s)
@@ -401,7 +296,7 @@ def build_joins(
     control_path: str | None = None,
 ) -> DataFrame:
     """All queries' join results, ``RESULT_COLUMNS``, with per-query statistics observed."""
-    _validate(queries, shedding)
+    check_unique_names("join", queries)  # each query and ``shedding`` were checked when built
     # Stage 1: every query's two sides in one pass, each row in a hash bucket of its key.
     keyed = build_staged(packets, queries, shedding.buckets)
     # Stage 2: per (query, bucket), the symmetric hash join over all the bucket's keys at once.
@@ -418,13 +313,13 @@ def build_joins(
 
 def build_join_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
     """The ``joins`` result kind: one streaming query for every configured join query."""
-    queries, shedding = join_settings(cfg)
+    queries = cfg.queries.join
     if not queries:
         return {}
     control = str(control_file(cfg))
     return {
         "joins": build_joins(
-            packets, queries, shedding, lateness_s=cfg.pipeline.watermark_s, control_path=control
+            packets, queries, cfg.shedding, lateness_s=cfg.pipeline.watermark_s, control_path=control
         )
     }
 
@@ -503,8 +398,7 @@ _LISTENERS: dict[tuple[int, str], _ControllerListener] = {}
 
 def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
     """Register (or renew) the listener that runs the shedding controller of ``cfg``'s joins query."""
-    queries, shedding = join_settings(cfg)
-    _validate(queries, shedding)
+    queries, shedding = cfg.queries.join, cfg.shedding
     control = control_file(cfg)
     controller = SheddingController(
         [ControlledQuery(q.name, *_windows(q), q.strategy) for q in queries],
@@ -535,8 +429,7 @@ def build_shedding_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFra
     :class:`pipeline.shedding_controller.SheddingRecord` rows it writes, read back with Spark's
     file source, for the ``results/shedding/`` sink.
     """
-    queries, _ = join_settings(cfg)
-    if not queries:
+    if not cfg.queries.join:
         return {}
     spark = packets.sparkSession
     start_controller(spark, cfg)

@@ -47,9 +47,8 @@ def _config(
     smoothing: float,
     max_step: float,
 ) -> Any:
-    """``base`` with one link join query and ``[shedding]`` (until netmon.config has the sections)."""
-    from netmon.config import Config, QueriesConfig
-    from pipeline.joins import JoinQuery, SheddingConfig
+    """``base`` with one link join query as ``[[queries.join]]`` and the benchmark's ``[shedding]``."""
+    from netmon.config import JoinQuery, SheddingConfig
 
     query = JoinQuery(
         name="web",
@@ -60,27 +59,15 @@ def _config(
         window_s=window_s,
         strategy=strategy,
     )
-    shedding = SheddingConfig(cpu_budget=budget, smoothing=smoothing, max_step=max_step)
     cfg = base.replace(
         paths={"data_dir": data_dir},
         kafka={"packets_topic": topic, "bootstrap_servers": bootstrap},
         pipeline={"trigger_s": trigger_s, "publish_results": False},
+        queries={"join": (query,)},
     )
-    if hasattr(cfg.queries, "join") and hasattr(cfg, "shedding"):
-        return cfg.replace(queries={"join": (query,)}, shedding=dataclasses.asdict(shedding))
-
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class _Queries(QueriesConfig):
-        join: tuple[JoinQuery, ...] = ()
-
-    @dataclasses.dataclass(frozen=True, kw_only=True)
-    class _Config(Config):
-        shedding: SheddingConfig = dataclasses.field(default_factory=SheddingConfig)
-
-    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-    queries = {f.name: getattr(cfg.queries, f.name) for f in dataclasses.fields(cfg.queries)}
-    sections.update(queries=_Queries(**queries, join=(query,)), shedding=shedding)
-    return _Config(**sections)
+    # The whole section: the defaults but for the benchmark's controller settings.
+    shedding = SheddingConfig(cpu_budget=budget, smoothing=smoothing, max_step=max_step)
+    return dataclasses.replace(cfg, shedding=shedding)
 
 
 def _end_offsets(consumer: Any, topic: str, partitions: int) -> int:

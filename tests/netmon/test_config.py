@@ -96,3 +96,140 @@ def test_query_errors(tmp_path: Path) -> None:
     toml.write_text('[[queries.topk]]\nname = "a"\n[[queries.topk]]\nname = "a"\n')
     with pytest.raises(ConfigError, match="unique"):
         load_config(toml, env={})
+
+
+JOINS_TOML = """
+[[queries.join]]
+name = "syn"
+query = "handshake"
+window_s = 2
+strategy = "none"
+
+[[queries.join]]
+name = "eth0-eth1"
+query = "link"
+left = "iface=eth0 and proto=tcp"
+right = "iface=eth1"
+key = "src_ip,dst_ip"
+right_key = "dst_ip,src_ip"
+window_s = 0.5
+strategy = "cf"
+
+[shedding]
+cpu_budget = 0.5
+x_left = 0.9
+x_right = 0.7
+smoothing = 1
+max_step = 0.1
+buckets = 4
+seed = 42
+"""
+
+
+def test_join_queries_and_shedding_parse(tmp_path: Path) -> None:
+    from netmon.config import JoinQuery, SheddingConfig
+
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(JOINS_TOML)
+    cfg = load_config(toml, env={})
+    assert cfg.queries.join == (
+        JoinQuery(name="syn", query="handshake", window_s=2.0, strategy="none"),
+        JoinQuery(
+            name="eth0-eth1",
+            query="link",
+            left="iface=eth0 and proto=tcp",
+            right="iface=eth1",
+            key="src_ip,dst_ip",
+            right_key="dst_ip,src_ip",
+            window_s=0.5,
+            strategy="cf",
+        ),
+    )
+    assert isinstance(cfg.queries.join[0].window_s, float)
+    assert cfg.shedding == SheddingConfig(
+        cpu_budget=0.5, x_left=0.9, x_right=0.7, smoothing=1.0, max_step=0.1, buckets=4, seed=42
+    )
+    assert cfg.queries.topk == Config().queries.topk  # the other query kinds keep their defaults
+    # `netmon config show` prints both sections, and its output loads back to the same values.
+    shown = CliRunner().invoke(cli, ["--config", str(toml), "config", "show"], env={"NETMON_CONFIG": ""})
+    assert shown.exit_code == 0, shown.output
+    assert "\n[shedding]\ncpu_budget = 0.5\n" in shown.output
+    assert shown.output.count("\n[[queries.join]]\n") == 2
+    again = tmp_path / "again.toml"
+    again.write_text(shown.output)
+    back = load_config(again, env={})
+    assert back.queries == cfg.queries and back.shedding == cfg.shedding
+
+
+def test_join_and_shedding_defaults() -> None:
+    from netmon.config import JoinQuery, SheddingConfig
+
+    cfg = load_config(None, env={})
+    assert cfg.queries.join == (JoinQuery(name="handshake"),)
+    assert cfg.queries.join[0].strategy == "pni" and cfg.queries.join[0].window_s == 3.0
+    assert cfg.shedding == SheddingConfig()
+    assert (cfg.shedding.cpu_budget, cfg.shedding.buckets, cfg.shedding.smoothing) == (0.8, 8, 0.5)
+    # No join queries at all is allowed (the joins kind then has nothing to run).
+    assert Config().replace(queries={"join": ()}).queries.join == ()
+
+
+_LINK = '[[queries.join]]\nname = "l"\nquery = "link"\nleft = "iface=eth0"\nright = "iface=eth1"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[[queries.join]]\nname = "h"\nstrategy = "max-subset"\n',
+            "[[queries.join]] 'h' strategy: expected one of none, cf, inp, pni (max-subset runs offline only",
+        ),
+        ('[[queries.join]]\nname = "h"\nquery = "both"\n', "[[queries.join]] 'h' query: expected one of"),
+        ('[[queries.join]]\nname = "h"\nwindow_s = -1\n', "[[queries.join]] 'h' window_s: expected a number"),
+        (_LINK.replace("iface=eth1", "ifcae=eth1"), "[[queries.join]] 'l' right: bad filter"),
+        (
+            _LINK.replace('left = "iface=eth0"\n', ""),
+            "[[queries.join]] 'l' left: a link query needs a filter",
+        ),
+        (_LINK + 'key = "src_ip,nope"\n', "[[queries.join]] 'l' key: key: unknown field 'nope'"),
+        (_LINK + 'right_key = "ts"\n', "[[queries.join]] 'l' right_key: key: unknown field 'ts'"),
+        (
+            '[[queries.join]]\nname = "a"\n[[queries.join]]\nname = "a"\n',
+            "[queries].join: query names must be unique, got ['a', 'a']",
+        ),
+        ('[[queries.join]]\nname = "h"\nwindow = 3\n', "[queries].join[0]: unknown key 'window'"),
+        ('[[queries.join]]\nquery = "handshake"\n', "[queries].join[0]: missing required key 'name'"),
+        ('[[queries.join]]\nname = "h"\nwindow_s = "3"\n', "[queries].join[0].window_s: expected float"),
+        ("[shedding]\ncpu_budget = 0\n", "[shedding] cpu_budget: expected a fraction > 0, got 0.0"),
+        ("[shedding]\ncpu_budget = -0.5\n", "[shedding] cpu_budget: expected a fraction > 0"),
+        ("[shedding]\nx_left = 1.5\n", "[shedding] x_left: expected a fraction in [0, 1], got 1.5"),
+        ("[shedding]\nx_right = -0.1\n", "[shedding] x_right: expected a fraction in [0, 1]"),
+        ("[shedding]\nsmoothing = 0\n", "[shedding] smoothing: expected a number in (0, 1]"),
+        ("[shedding]\nmax_step = 2\n", "[shedding] max_step: expected a number in (0, 1]"),
+        ("[shedding]\nbuckets = 0\n", "[shedding] buckets: expected an integer >= 1, got 0"),
+        ("[shedding]\nbuckets = 2.5\n", "[shedding].buckets: expected int, got float"),
+        ("[shedding]\ncpu_budgt = 0.5\n", "[shedding]: unknown key 'cpu_budgt'"),
+    ],
+)
+def test_join_and_shedding_errors(tmp_path: Path, text: str, message: str) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(toml, env={})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)  # one line
+    # The command line reports it as a configuration error, not a traceback.
+    result = CliRunner().invoke(cli, ["--config", str(toml), "config", "show"], env={"NETMON_CONFIG": ""})
+    assert result.exit_code == 1 and message in result.output
+
+
+def test_join_settings_are_checked_however_they_are_built() -> None:
+    from netmon.config import JoinQuery, QueriesConfig, SheddingConfig
+
+    with pytest.raises(ConfigError, match=r"\[shedding\] cpu_budget"):
+        Config().replace(shedding={"cpu_budget": 0.0})
+    with pytest.raises(ConfigError, match=r"\[shedding\] x_left"):
+        SheddingConfig(x_left=2.0)
+    with pytest.raises(ConfigError, match=r"\[\[queries\.join\]\] 'w' right"):
+        JoinQuery(name="w", query="link", left="iface=eth0")
+    with pytest.raises(ConfigError, match=r"\[\[queries\.join\]\] name: query names must be unique"):
+        QueriesConfig(join=(JoinQuery(name="a"), JoinQuery(name="a")))

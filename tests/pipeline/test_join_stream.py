@@ -23,17 +23,11 @@ import pytest
 from analytics.join_queries import HandshakeQuery, LinkQuery, run_join
 from ingest import read_records
 from ingest.replay import ReplayOptions, replay
-from netmon.config import Config, QueriesConfig
+from netmon.config import Config, ConfigError, JoinQuery, SheddingConfig
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir
 from pipeline.job import Pipeline, start_pipeline
-from pipeline.joins import (
-    JoinQuery,
-    SheddingConfig,
-    build_spark_join,
-    control_file,
-    filter_column,
-)
+from pipeline.joins import build_spark_join, control_file, filter_column
 from pipeline.shedding_controller import read_control
 from pipeline.source import read_packets
 from tests.conftest import REPO_ROOT
@@ -59,25 +53,9 @@ _RUNS: dict[str, Config] = {}
 
 
 # -- helpers -------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Queries(QueriesConfig):
-    join: tuple[JoinQuery, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Config(Config):
-    shedding: SheddingConfig = dataclasses.field(default_factory=SheddingConfig)
-
-
 def with_joins(cfg: Config, queries: tuple[JoinQuery, ...], shedding: SheddingConfig) -> Config:
-    """``cfg`` with ``[[queries.join]]`` and ``[shedding]`` (the shape netmon.config will have)."""
-    if hasattr(cfg.queries, "join") and hasattr(cfg, "shedding"):
-        return cfg.replace(queries={"join": queries}, shedding=dataclasses.asdict(shedding))
-    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-    current = {f.name: getattr(cfg.queries, f.name) for f in dataclasses.fields(cfg.queries)}
-    sections["queries"] = _Queries(**current, join=queries)
-    sections["shedding"] = shedding
-    return _Config(**sections)
+    """``cfg`` with ``[[queries.join]]`` and ``[shedding]``."""
+    return dataclasses.replace(cfg.replace(queries={"join": queries}), shedding=shedding)
 
 
 def join_config(
@@ -184,25 +162,31 @@ def spark_join_rows(spark: Any, cfg: Config, out: Path) -> pa.Table | None:
 # -- tests ---------------------------------------------------------------------------------------
 @pytest.mark.spark
 def test_settings_are_validated(spark) -> None:
+    """Bad settings fail when built (config load, ``cfg.replace``, direct use), before Spark sees them."""
     from pipeline.joins import build_joins
 
-    packets = spark.createDataFrame([], "ts timestamp")
     bad = [
-        (JoinQuery(name="x", query="nope"), "query: expected one of handshake, link"),
-        (JoinQuery(name="x", strategy="max-subset"), "max-subset runs offline only"),
-        (JoinQuery(name="x", query="link", left="iface=a"), "right: a link query needs a filter"),
+        ({"query": "nope"}, "query: expected one of handshake, link"),
+        ({"strategy": "max-subset"}, "strategy: .*max-subset runs offline only"),
+        ({"query": "link", "left": "iface=a"}, "right: a link query needs a filter"),
     ]
-    for q, message in bad:
-        with pytest.raises(ValueError, match=message):
-            build_joins(packets, (q,), SheddingConfig(), lateness_s=0)
-    for shedding, name in (
-        (SheddingConfig(buckets=0), "buckets"),
-        (SheddingConfig(smoothing=0), "smoothing"),
-        (SheddingConfig(x_left=1.5), "x_left"),
-        (SheddingConfig(cpu_budget=0), "cpu_budget"),
+    for fields, message in bad:
+        with pytest.raises(ConfigError, match=rf"\[\[queries\.join\]\] 'x' {message}"):
+            JoinQuery(name="x", **fields)
+    for fields, name in (
+        ({"buckets": 0}, "buckets"),
+        ({"smoothing": 0}, "smoothing"),
+        ({"x_left": 1.5}, "x_left"),
+        ({"cpu_budget": 0}, "cpu_budget"),
     ):
-        with pytest.raises(ValueError, match=rf"\[shedding\] {name}"):
-            build_joins(packets, (HANDSHAKE,), shedding, lateness_s=0)
+        with pytest.raises(ConfigError, match=rf"\[shedding\] {name}"):
+            SheddingConfig(**fields)
+        with pytest.raises(ConfigError, match=rf"\[shedding\] {name}"):
+            Config().replace(shedding=fields)
+    # A tuple handed to the operator directly: names must still be unique (they key its state).
+    packets = spark.createDataFrame([], "ts timestamp")
+    with pytest.raises(ConfigError, match=r"\[\[queries\.join\]\] name: query names must be unique"):
+        build_joins(packets, (HANDSHAKE, HANDSHAKE), SheddingConfig(), lateness_s=0)
 
 
 @pytest.mark.spark
