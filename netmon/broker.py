@@ -272,7 +272,8 @@ class LocalBroker:
 
     def _format(self, jvm: list[str]) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        cmd = [*jvm, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id]
+        # "--cluster-id=ID": a base64 id may begin with "-", which argparse would take for an option
+        cmd = [*jvm, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={cluster_id}"]
         proc = subprocess.run([*cmd, "-c", str(self.properties)], capture_output=True, text=True)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()

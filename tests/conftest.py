@@ -8,6 +8,7 @@ jars. The jar cache is the user's (``NETMON_CACHE_DIR`` or ``~/.cache/netmon``) 
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +22,29 @@ CAPTURES = REPO_ROOT.parent / "shared" / "captures"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port for a listening service, outside the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` can be handed out again — to Spark's driver, or to
+    an outgoing connection — before the broker binds it; ports below the ephemeral range are not.
+    """
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, min(low, 32768))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32767")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 @pytest.fixture(scope="session")

@@ -52,10 +52,16 @@ def test_stop_when_stopped_is_harmless(netmon_config, tmp_path) -> None:
     assert not broker.status().running
 
 
-def test_stop_then_start_again_keeps_topics(netmon_config, tmp_path) -> None:
-    """A second broker of its own (its own dir and ports): stop is graceful, data survives a restart."""
+def test_stop_then_start_again_keeps_topics(netmon_config, tmp_path, monkeypatch) -> None:
+    """A second broker of its own (its own dir and ports): stop is graceful, data survives a restart.
+
+    Its cluster id begins with "-" (one random id in 64 does), which once failed the storage format.
+    """
+    import uuid
+
     from kafka.admin import KafkaAdminClient, NewTopic
 
+    monkeypatch.setattr("netmon.broker.uuid.uuid4", lambda: uuid.UUID(bytes=b"\xfb" + bytes(15)))
     cfg = netmon_config.replace(
         paths={"state_dir": tmp_path / "state"}, kafka={"port": free_port(), "controller_port": free_port()}
     )
