@@ -16,7 +16,9 @@ Semantics, per rule and per stream (the rows of one query of the rule's kind):
 - **Event rows** (``window_s > 0``, e.g. the joins kind's one row per unanswered SYN): rows are
   aggregated per subject into tumbling event-time windows of ``window_s`` (count, distinct values
   of ``field``, sum or max); a window becomes a report once a row ``lateness_s`` past its end
-  arrives. Rows of a window already evaluated are late and skipped.
+  arrives. Only rows passing the ``where`` filters count as the rule's stream and move its clock
+  (a joins row for a matched handshake says nothing about how far the unanswered SYNs, emitted a
+  micro-batch later, have come). Rows of a window already evaluated are late and skipped.
 - **Firing.** The condition must hold in every report for ``for_s`` seconds (from the first
   holding report's time to the current one); a report without it starts over.
 - **Resolution.** A firing subject resolves at the first closed report in which it does not hold
@@ -407,13 +409,18 @@ class RuleEngine:
         self, rule: AlertRule, row: Mapping[str, Any], query: str, t: float
     ) -> list[Notification]:
         """A row that is an event: aggregate it into its tumbling window; close ripe windows."""
+        if not _passes(rule, row):
+            # Only the rule's own rows move its clock: other rows of the kind may run far ahead
+            # (the joins kind emits a matched pair at once, an unanswered SYN only once the
+            # watermark has passed its window, a whole micro-batch later).
+            return []
         stream = (rule.name, query)
         end = (math.floor(t / rule.window_s) + 1) * rule.window_s  # the window [end - window_s, end)
         closed = self._clocks.get(stream)
         self._marks[stream] = max(self._marks.get(stream, t), t)
         if closed is not None and end <= closed:
             self.stale_rows += 1  # its window was already evaluated
-        elif _passes(rule, row):
+        else:
             subject = _subject(rule, row, query)
             if subject is not None and subject not in rule.ignore:
                 self._aggregate(rule, self._windows.setdefault(stream, {}).setdefault(end, {}), subject, row)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from netmon.config import Config
@@ -50,6 +51,26 @@ def row_to_json(row: dict[str, Any]) -> bytes:
     """One result row as compact JSON (binary columns dropped)."""
     plain = {k: _plain(v) for k, v in row.items() if not isinstance(v, bytes | bytearray)}
     return json.dumps(plain, separators=(",", ":"), sort_keys=True).encode()
+
+
+#: the first of these a kind's rows have is their event time (as ``alerts.rules`` reads it)
+TIME_COLUMNS = ("window_end", "event_time", "batch_time", "ts", "left_ts")
+
+
+def _in_time_order(tables: list[pa.Table]) -> list[dict[str, Any]]:
+    """The rows of newly committed files in event-time order (stable: ties keep file order).
+
+    A micro-batch writes one file per partition, each in its own order; consumers that evaluate
+    rows in arrival order (``netmon alerts``) see time move forward instead of back and forth.
+    """
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return []
+    table = pa.concat_tables(tables, promote_options="default")
+    column = next((c for c in TIME_COLUMNS if c in table.column_names), None)
+    if column is not None:
+        table = table.take(pc.sort_indices(table, [(column, "ascending", "at_end")]))
+    return table.to_pylist()
 
 
 class ResultPublisher:
@@ -110,15 +131,11 @@ class ResultPublisher:
                 continue
             try:
                 producer = self._ensure_producer()
-                for path in new:
-                    table: pa.Table = pq.read_table(path)
-                    headers = [("netmon.kind", kind.encode()), ("netmon.result-version", b"1")]
-                    for row in table.to_pylist():
-                        key = str(row.get("query") or kind).encode()
-                        producer.send(
-                            result_topic(self.cfg, kind), row_to_json(row), key=key, headers=headers
-                        )
-                        sent += 1
+                headers = [("netmon.kind", kind.encode()), ("netmon.result-version", b"1")]
+                for row in _in_time_order([pq.read_table(path) for path in new]):
+                    key = str(row.get("query") or kind).encode()
+                    producer.send(result_topic(self.cfg, kind), row_to_json(row), key=key, headers=headers)
+                    sent += 1
                 producer.flush(timeout=30)
             except Exception as exc:  # noqa: BLE001 - Kafka down: keep results, retry next poll
                 log.warning("publishing results failed; will retry", extra={"kind": kind, "error": str(exc)})

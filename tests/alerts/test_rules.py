@@ -265,6 +265,17 @@ def test_syn_flood_counts_distinct_sources_of_unanswered_syns_per_window() -> No
     assert not engine.problems
 
 
+def test_matched_rows_running_ahead_do_not_make_unanswered_syns_late() -> None:
+    """The pipeline writes a matched handshake at once and an unanswered SYN a micro-batch later,
+    once the watermark has passed it: a fast replay can put minutes of event time in between."""
+    engine = RuleEngine([syn_flood()])
+    matched = [unmatched(10 + t, "10.0.0.1", "10.1.0.7") | {"row": "matched"} for t in range(0, 200, 5)]
+    flood = [unmatched(10 + i / 100, "132.219.96.91", f"203.0.113.{i % 80}") for i in range(600)]
+    out = feed(engine, "joins", matched + flood + [unmatched(25, "x", "y")])
+    assert [(n.status, n.subject) for n in out] == [("firing", "132.219.96.91")]
+    assert engine.stale_rows == 0
+
+
 def test_event_windows_accept_late_rows_within_lateness_only() -> None:
     rule = AlertRule(
         name="c",
