@@ -253,12 +253,19 @@ def check_unique_names(kind: str, queries: typing.Iterable[Any]) -> None:
         raise ConfigError(f"[[queries.{kind}]] name: query names must be unique, got {names}")
 
 
+#: what ``[shedding] cpu_budget`` bounds (``pipeline.shedding_controller``)
+BUDGET_SCOPES = ("batch", "operator")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SheddingConfig:
     """The join operator and its load-shedding controller: ``[shedding]``."""
 
     #: the join's share of each trigger interval (1.0 = one core for the whole interval)
     cpu_budget: float = 0.8
+    #: what the budget bounds: "batch" = the whole micro-batch's duration (Spark's per-batch work,
+    #: reading and writing included); "operator" = the join operator's own time only (seed 003's cost)
+    budget_scope: str = "batch"
     #: fractions before the controller's first decision (and without the "shedding" kind)
     x_left: float = 1.0
     x_right: float = 1.0
@@ -276,6 +283,11 @@ class SheddingConfig:
             raise ConfigError(f"[shedding] buckets: expected an integer >= 1, got {self.buckets!r}")
         if not self.cpu_budget > 0:
             raise ConfigError(f"[shedding] cpu_budget: expected a fraction > 0, got {self.cpu_budget!r}")
+        if self.budget_scope not in BUDGET_SCOPES:
+            raise ConfigError(
+                f"[shedding] budget_scope: expected one of {', '.join(BUDGET_SCOPES)}, "
+                f"got {self.budget_scope!r}"
+            )
         for name in ("smoothing", "max_step"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(

@@ -403,6 +403,7 @@ def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
     controller = SheddingController(
         [ControlledQuery(q.name, *_windows(q), q.strategy) for q in queries],
         cpu_budget=shedding.cpu_budget,
+        budget_scope=shedding.budget_scope,
         trigger_s=cfg.pipeline.trigger_s,
         smoothing=shedding.smoothing,
         max_step=shedding.max_step,

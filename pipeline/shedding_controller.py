@@ -14,9 +14,16 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
    applied fractions equals the operator's measured wall time, marshalling and state
    (de)serialisation included, and are smoothed (EWMA, weight ``smoothing``);
 2. turns the budget into event-time units: the next batch may use ``cpu_budget · trigger_s``
-   CPU seconds for about ``span`` seconds of event time, so ``B = cpu_budget · trigger_s / span``
-   CPU seconds per event second. Several join queries share the budget in proportion to their
-   unshed cost;
+   seconds for about ``span`` seconds of event time, so ``B = cpu_budget · trigger_s / span``
+   seconds per event second. Several join queries share the budget in proportion to their
+   unshed cost. With ``budget_scope = "batch"`` (the default) the budget bounds the whole
+   micro-batch, not only the operator: the batch also reads and decodes every packet, ships and
+   writes every result row, commits state and plans the next batch, which eq. (2) does not count.
+   The operator's share is then ``B / ρ`` with ``ρ`` = batch duration / operator time (EWMA), so
+   that the batch, not only the join, meets the budget. This is multiplicative feedback on the
+   measured batch: overhead proportional to the join's work (result rows) is met in one step, a
+   fixed per-batch cost in a few (departure from seed 003, whose cost model is the join's alone;
+   ``budget_scope = "operator"`` is the paper's);
 3. re-solves the optimizer (:meth:`analytics.join_cost.JoinCostModel.optimum`, eqs. 10-15) for
    the query's strategy and moves the fractions toward the optimum, smoothed against
    oscillation: ``x ← x + clip(smoothing · (x* − x), −max_step, max_step)``.
@@ -77,8 +84,9 @@ class SheddingRecord:
     ``x_left``/``x_right`` are the fractions the batch applied, ``next_x_*`` those chosen for the
     following batches and ``optimum_x_*`` the optimizer's unsmoothed answer. Rates are per second
     of event time, costs in seconds, ``utilisation = busy_s / trigger_s`` (the operator's wall time
-    as a fraction of the trigger interval; ``cpu_budget`` is its target) and ``batch_utilisation``
-    the whole micro-batch's duration over the trigger interval.
+    as a fraction of the trigger interval), ``batch_utilisation`` the whole micro-batch's duration
+    over the trigger interval (``cpu_budget`` is the target of the one ``budget_scope`` names) and
+    ``batch_factor`` the smoothed ratio ρ of batch duration to operator time the controller used.
     """
 
     query: str
@@ -111,6 +119,7 @@ class SheddingRecord:
     utilisation: float
     batch_ms: int
     batch_utilisation: float
+    batch_factor: float
     state_left: int
     state_right: int
     late: int
@@ -197,6 +206,7 @@ class SheddingController:
         max_step: float = 0.25,
         x_left: float = 1.0,
         x_right: float = 1.0,
+        budget_scope: str = "batch",
         initial: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if not (math.isfinite(cpu_budget) and cpu_budget > 0):
@@ -209,6 +219,8 @@ class SheddingController:
             raise ValueError(f"smoothing: expected a weight in (0, 1], got {smoothing!r}")
         if not 0 < max_step <= 1:
             raise ValueError(f"max_step: expected a fraction in (0, 1], got {max_step!r}")
+        if budget_scope not in ("batch", "operator"):
+            raise ValueError(f"budget_scope: expected 'batch' or 'operator', got {budget_scope!r}")
         for name, x in (("x_left", x_left), ("x_right", x_right)):
             if not 0 <= x <= 1:
                 raise ValueError(f"{name}: expected a fraction in [0, 1], got {x!r}")
@@ -219,12 +231,16 @@ class SheddingController:
         self.max_step = float(max_step)
         self.x_left = float(x_left)
         self.x_right = float(x_right)
+        self.budget_scope = budget_scope
+        #: EWMA of batch duration / operator time (budget_scope "batch"); NaN until measured
+        self._rho = math.nan
         self._x: dict[str, tuple[float, float]] = {}
         self._clock: dict[str, int] = {}
         self._cu: dict[str, float] = {}
         self._cp: dict[str, float] = {}
         self._f: dict[str, float] = {}
         self._last_batch = -1
+        self._seen_batches = 0
         for q in self.queries:
             saved = (initial or {}).get(q.name) or {}
             x_l = _clip(_nan_to(saved.get("x_left"), self.x_left), 0.0, 1.0)
@@ -236,6 +252,9 @@ class SheddingController:
                     store[q.name] = value
             if isinstance(saved.get("clock_ns"), int):
                 self._clock[q.name] = saved["clock_ns"]
+            rho = _nan_to(saved.get("batch_factor"), math.nan)
+            if rho > 0:
+                self._rho = rho
 
     @property
     def fractions(self) -> dict[str, tuple[float, float]]:
@@ -243,7 +262,8 @@ class SheddingController:
         return dict(self._x)
 
     def state(self) -> dict[str, dict[str, Any]]:
-        """Per query: fractions, smoothed ``cu_s``/``cp_s``, ``selectivity``, ``clock_ns`` (JSON-able)."""
+        """Per query: fractions, smoothed ``cu_s``/``cp_s``, ``selectivity``, ``clock_ns`` and the
+        batch factor ρ (JSON-able)."""
         out: dict[str, dict[str, Any]] = {}
         for q in self.queries:
             x_l, x_r = self._x[q.name]
@@ -253,6 +273,8 @@ class SheddingController:
                     entry[name] = store[q.name]
             if q.name in self._clock:
                 entry["clock_ns"] = self._clock[q.name]
+            if math.isfinite(self._rho):
+                entry["batch_factor"] = self._rho
             out[q.name] = entry
         return out
 
@@ -279,6 +301,15 @@ class SheddingController:
 
         # The budget per batch, shared in proportion to the queries' unshed cost per batch.
         allowed = self.cpu_budget * self.trigger_s
+        if self.budget_scope == "batch":
+            busy = sum(v["busy_s"] for v in measured.values())
+            # The first batch a controller sees carries the query's start-up: not a measurement.
+            if batch_ms > 0 and busy > 0 and self._seen_batches > 0:
+                self._rho = self._ewma_value(self._rho, batch_ms / 1000 / busy)
+            if math.isfinite(self._rho) and self._rho > 0:
+                allowed /= self._rho
+        if measured:
+            self._seen_batches += 1
         full = {name: v["full_cost"] for name, v in measured.items() if math.isfinite(v["full_cost"])}
         total = sum(full.values())
 
@@ -333,6 +364,7 @@ class SheddingController:
                     utilisation=v["busy_s"] / self.trigger_s,
                     batch_ms=batch_ms,
                     batch_utilisation=batch_ms / 1000 / self.trigger_s,
+                    batch_factor=self._rho if self.budget_scope == "batch" else math.nan,
                     state_left=int(m.get("state_left") or 0),
                     state_right=int(m.get("state_right") or 0),
                     late=int(m.get("late") or 0),
@@ -343,6 +375,9 @@ class SheddingController:
     def _step(self, x: float, target: float) -> float:
         move = _clip(self.smoothing * (target - x), -self.max_step, self.max_step)
         return _clip(x + move, 0.0, 1.0)
+
+    def _ewma_value(self, old: float, value: float) -> float:
+        return value if not math.isfinite(old) else old + self.smoothing * (value - old)
 
     def _ewma(self, store: dict[str, float], name: str, value: float) -> float:
         if not math.isfinite(value):

@@ -117,6 +117,7 @@ strategy = "cf"
 
 [shedding]
 cpu_budget = 0.5
+budget_scope = "operator"
 x_left = 0.9
 x_right = 0.7
 smoothing = 1
@@ -147,7 +148,14 @@ def test_join_queries_and_shedding_parse(tmp_path: Path) -> None:
     )
     assert isinstance(cfg.queries.join[0].window_s, float)
     assert cfg.shedding == SheddingConfig(
-        cpu_budget=0.5, x_left=0.9, x_right=0.7, smoothing=1.0, max_step=0.1, buckets=4, seed=42
+        cpu_budget=0.5,
+        budget_scope="operator",
+        x_left=0.9,
+        x_right=0.7,
+        smoothing=1.0,
+        max_step=0.1,
+        buckets=4,
+        seed=42,
     )
     assert cfg.queries.topk == Config().queries.topk  # the other query kinds keep their defaults
     # `netmon config show` prints both sections, and its output loads back to the same values.
@@ -201,6 +209,10 @@ _LINK = '[[queries.join]]\nname = "l"\nquery = "link"\nleft = "iface=eth0"\nrigh
         ('[[queries.join]]\nname = "h"\nwindow_s = "3"\n', "[queries].join[0].window_s: expected float"),
         ("[shedding]\ncpu_budget = 0\n", "[shedding] cpu_budget: expected a fraction > 0, got 0.0"),
         ("[shedding]\ncpu_budget = -0.5\n", "[shedding] cpu_budget: expected a fraction > 0"),
+        (
+            '[shedding]\nbudget_scope = "cpu"\n',
+            "[shedding] budget_scope: expected one of batch, operator, got 'cpu'",
+        ),
         ("[shedding]\nx_left = 1.5\n", "[shedding] x_left: expected a fraction in [0, 1], got 1.5"),
         ("[shedding]\nx_right = -0.1\n", "[shedding] x_right: expected a fraction in [0, 1]"),
         ("[shedding]\nsmoothing = 0\n", "[shedding] smoothing: expected a number in (0, 1]"),

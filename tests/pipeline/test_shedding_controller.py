@@ -92,7 +92,7 @@ def test_optimum_of_the_reference_case(strategy: str, x: tuple[float, float]) ->
 
 
 def test_smoothing_and_bounded_step() -> None:
-    c = controller(smoothing=0.5, max_step=0.25)
+    c = controller(smoothing=0.5, max_step=0.25, budget_scope="operator")
     [r] = c.update(progress())
     # x_L: 1 + 0.5·(0.9 − 1) = 0.95; x_R: 1 + max(−0.25, 0.5·(0 − 1)) = 0.75.
     assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.95), pytest.approx(0.75))
@@ -135,6 +135,33 @@ def test_operator_overhead_is_charged_to_the_costs() -> None:
     assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
 
 
+def test_batch_scope_budgets_the_whole_micro_batch() -> None:
+    # The batch took 1.8 s for 0.9 s of operator time: ρ = 2, so the operator gets 0.45 / 2 =
+    # 0.225 CPU s of the 1 s trigger and PNI's x_L = 0.225 / 0.5 = 0.45. The first batch a
+    # controller sees carries the query's start-up and is not used for ρ.
+    hi = 1795320000000000000
+    second = {"min_ts_ns": hi, "max_ts_ns": hi + 10**9}
+    batch, operator = controller(budget_scope="batch"), controller(budget_scope="operator")
+    for c in (batch, operator):
+        [first] = c.update(progress(batch=7))
+        assert (first.optimum_x_left, first.optimum_x_right) == (pytest.approx(0.9), 0.0)
+    [r] = batch.update(progress(batch=8, **second))
+    assert r.batch_factor == pytest.approx(2.0) and r.batch_utilisation == pytest.approx(1.8)
+    assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
+    [o] = operator.update(progress(batch=8, **second))
+    assert math.isnan(o.batch_factor) and (o.optimum_x_left, o.optimum_x_right) == (pytest.approx(0.9), 0.0)
+    # Two cores: a 0.6 s batch for 0.9 s of operator time (ρ = 2/3) leaves the operator 0.675 s:
+    # all of the left side (0.5) and 0.175 / 0.4 of the right.
+    body = progress(batch=9, min_ts_ns=hi + 10**9, max_ts_ns=hi + 2 * 10**9)
+    body["durationMs"]["triggerExecution"] = 600
+    [r] = batch.update(body)
+    assert r.batch_factor == pytest.approx(2 / 3)
+    assert r.optimum_x_left == pytest.approx(1.0) and r.optimum_x_right == pytest.approx(0.175 / 0.4)
+    # ρ is part of the saved state: a restarted controller starts from it.
+    again = SheddingController([LINK], cpu_budget=0.45, trigger_s=1.0, initial=batch.state())
+    assert again._rho == pytest.approx(2 / 3)
+
+
 def test_feasible_join_keeps_everything() -> None:
     c = controller(budget=0.95)
     [r] = c.update(progress())
@@ -171,12 +198,14 @@ def test_first_batch_without_results_uses_the_update_cost_only() -> None:
 
 
 def test_state_round_trips_through_the_control_file(tmp_path: Path) -> None:
-    c = controller(smoothing=0.5, max_step=0.25)
+    # operator scope: in batch scope a restarted controller skips its first batch for ρ (start-up)
+    c = controller(smoothing=0.5, max_step=0.25, budget_scope="operator")
     c.update(progress())
     path = tmp_path / "control" / "fractions.json"
     write_control(path, c.state(), batch_id=7)
     assert read_control(path) == {"link": (pytest.approx(0.95), pytest.approx(0.75))}
-    again = controller(smoothing=0.5, max_step=0.25, initial=read_control_state(path))
+    saved = read_control_state(path)
+    again = controller(smoothing=0.5, max_step=0.25, budget_scope="operator", initial=saved)
     assert again.fractions == c.fractions and again.state() == c.state()
     hi = 1795320000000000000
     nxt = progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.95, x_right=0.75)
