@@ -45,6 +45,7 @@ __all__ = [
     "trace_from_batches",
     "window_for",
     "write_csv",
+    "write_pngs",
     "zipf_trace",
 ]
 
@@ -521,15 +522,42 @@ def run_evaluation(
         ]
         (out / "topk.md").write_text("\n".join(head) + "\n" + markdown(rows, checks))
         files.append(out / "topk.md")
-        for trace, _ in used:
-            fig = figure(rows, trace.name)
-            html = out / f"topk-{trace.name}.html"
+        figures = {trace.name: figure(rows, trace.name) for trace, _ in used}
+        for name, fig in figures.items():
+            html = out / f"topk-{name}.html"
             fig.write_html(html, include_plotlyjs="cdn")
             files.append(html)
-            try:
-                fig.write_image(out / f"topk-{trace.name}.png", scale=1)
-                files.append(out / f"topk-{trace.name}.png")
-            except Exception as exc:  # kaleido (and a browser) is optional
-                why = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-                log(f"no PNG for {trace.name}: {type(exc).__name__}: {why[:160]}")
+        files += write_pngs(figures, out, log)
     return EvalResult([t for t, _ in used], rows, checks, files)
+
+
+def write_pngs(figures: dict[str, Any], out: Path, log: Any = print) -> list[Path]:
+    """``topk-<trace>.png`` per figure (1400 x 760 px), all in one renderer session; [] if it fails.
+
+    Static images need ``kaleido`` >= 1 (``pip install 'netmon[figures]'``) and a Chrome or
+    Chromium, which kaleido finds on the PATH (Debian: ``apt-get install chromium``) or at
+    ``BROWSER_PATH``. Without them the evaluation still writes its CSV, Markdown and HTML.
+    """
+    import plotly.io as pio
+
+    paths = [out / f"topk-{name}.png" for name in figures]
+    if not paths:
+        return []
+    try:
+        figs = list(figures.values())
+        # The layout's size, explicitly: write_images otherwise renders at plotly's 700 x 500.
+        width = [fig.layout.width for fig in figs]
+        height = [fig.layout.height for fig in figs]
+        if hasattr(pio, "write_images"):  # plotly >= 6.1: one browser for all figures
+            pio.write_images(figs, paths, scale=1, width=width, height=height)
+        else:
+            for fig, path, w, h in zip(figs, paths, width, height, strict=True):
+                fig.write_image(path, scale=1, width=w, height=h)
+    except Exception as exc:  # kaleido and a browser are optional
+        why = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        log(
+            f"no PNG figures: {type(exc).__name__}: {why[:160]} (they need kaleido >= 1 and Chrome or "
+            "Chromium: apt-get install chromium, or BROWSER_PATH=/path/to/chrome)"
+        )
+        return []
+    return paths

@@ -13,6 +13,7 @@ from netmon.cli import LazyGroup
     lazy={
         "ingest": "netmon.commands.bench_ingest:command",
         "topk": "netmon.commands.bench_topk:command",
+        "topk-offline": "netmon.commands.bench_topk:offline_command",
         "distinct": "netmon.commands.bench_distinct:command",
         "join": "netmon.commands.bench_join:command",
     },

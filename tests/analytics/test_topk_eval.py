@@ -8,7 +8,9 @@ read from its single sliding run, and the thesis' claims are checked.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from analytics.topk_eval import (
     trace_from_batches,
     window_for,
     write_csv,
+    write_pngs,
     zipf_trace,
 )
 from tests.analytics.test_topk import brute_window
@@ -159,3 +162,42 @@ def test_eval_command_writes_the_outputs(tmp_path: Path) -> None:
     assert (tmp_path / "topk.csv").is_file() and (tmp_path / "topk.md").is_file()
     assert len(list(tmp_path.glob("topk-*.html"))) == 3
     assert "ok   zipf-1.5-iid: no false positives" in result.output
+
+
+def _small_figure() -> object:
+    import plotly.graph_objects as go
+
+    return go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]))
+
+
+def test_write_pngs_without_a_renderer_says_what_it_needs(tmp_path: Path, monkeypatch) -> None:
+    import plotly.io as pio
+
+    def no_browser(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("\nThe browser seemed to close immediately after starting.\nmore")
+
+    monkeypatch.setattr(pio, "write_images", no_browser, raising=False)
+    messages: list[str] = []
+    assert write_pngs({"x": _small_figure()}, tmp_path, messages.append) == []
+    assert messages == [
+        "no PNG figures: RuntimeError: The browser seemed to close immediately after starting. (they need "
+        "kaleido >= 1 and Chrome or Chromium: apt-get install chromium, or BROWSER_PATH=/path/to/chrome)"
+    ]
+    assert write_pngs({}, tmp_path, messages.append) == [] and len(messages) == 1
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("kaleido") is None
+    or not any(shutil.which(b) for b in ("chromium", "google-chrome", "chrome")),
+    reason="needs kaleido and a Chrome/Chromium on the PATH",
+)
+def test_write_pngs_renders_every_figure_at_its_size(tmp_path: Path) -> None:
+    import struct
+
+    small, wide = _small_figure(), _small_figure()
+    wide.update_layout(width=900, height=300)
+    paths = write_pngs({"a": small, "b": wide}, tmp_path, pytest.fail)
+    assert paths == [tmp_path / "topk-a.png", tmp_path / "topk-b.png"]
+    heads = [p.read_bytes()[:24] for p in paths]
+    assert all(h.startswith(b"\x89PNG") for h in heads)
+    assert struct.unpack(">II", heads[1][16:24]) == (900, 300)
