@@ -45,6 +45,7 @@ __all__ = [
     "JoinBucket",
     "JoinProcessor",
     "JoinSpec",
+    "OUTPUT_CHUNK_ROWS",
 ]
 
 #: Record columns each side carries to the output (as ``left_<name>`` / ``right_<name>``).
@@ -111,6 +112,8 @@ STATS_COLUMNS: dict[str, str] = {
 }
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in {**PAIR_COLUMNS, **STATS_COLUMNS}.items())
 
+#: largest pandas frame (rows) one stateful call hands back to Spark at a time
+OUTPUT_CHUNK_ROWS = 65_536
 _NULL_INT = -1  # payload integers travel through the join state as int64 with this for null
 
 
@@ -289,8 +292,11 @@ class JoinProcessor(StatefulProcessor):
         self._state.update((state.to_bytes(),))
         ts_ns = pd.DatetimeIndex(batch["ts"]).as_unit("ns").asi8
         summary = _stats_row(spec, bucket, stats, ts_ns, time.perf_counter() - started)
-        if len(out):
-            yield out
+        # Arrow batches back to the JVM are bounded: one bucket of a many-to-many join can
+        # produce millions of results, and one batch of them overflowed Netty's 1 GiB of
+        # direct memory (bench join, unshed, 10,000 packets/s).
+        for start in range(0, len(out), OUTPUT_CHUNK_ROWS):
+            yield out.iloc[start : start + OUTPUT_CHUNK_ROWS]
         yield summary
 
     def close(self) -> None:
