@@ -1,12 +1,15 @@
 """Run a sub-window top-k query offline over packet records (``netmon analyze topk``).
 
-Records arrive as Arrow record batches in file order (``ingest.read_records``). Per batch, the
-key text comes from :func:`analytics.keys.key_text` (records without the key's fields are skipped
-and not counted), the weight from :func:`analytics.keys.weights`, and each record's sub-window is
-its position ``// b`` among the counted records (count-based) or ``ts_ns // b`` (time-based).
-Exact per-sub-window counts are one Arrow group-by per batch; only each closed sub-window's top-k
-rows reach :class:`analytics.topk.SubWindowTopK` — the same split as the Spark operator, where
-the native aggregation counts and only the summaries enter the merge.
+Records arrive as Arrow record batches in file order (``ingest.read_records``, only the columns
+the query reads: :attr:`OfflineTopK.columns`). Per batch, each record's key is a code into the
+batch's distinct key texts (:func:`analytics.keys.key_codes`: the text of
+:func:`analytics.keys.key_text`, made once per distinct key; records without the key's fields are
+skipped and not counted), the weight comes from :func:`analytics.keys.weights`, and each record's
+sub-window is its position ``// b`` among the counted records (count-based) or ``ts_ns // b``
+(time-based). Exact per-sub-window counts are summed with numpy per (sub-window, key code); only
+each closed sub-window's top-k rows (count descending, ties by key text) reach
+:class:`analytics.topk.SubWindowTopK` — the same split as the Spark operator, where the native
+aggregation counts and only the summaries enter the merge.
 
 A sub-window closes when it holds ``b`` counted records (count-based) or when a record of a later
 sub-window arrives (time-based: Spark's closing with a zero watermark delay). The sub-window still
@@ -29,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics._base import Base
-from analytics.keys import key_text, parse_key, weights
+from analytics.keys import as_numpy, key_codes, parse_key, weight_values
 from analytics.topk import ExactSlidingTopK, SubWindowTopK
 
 __all__ = ["OfflineTopK", "parse_duration", "read_topk"]
@@ -139,7 +142,14 @@ class OfflineTopK(Base):
         self.skipped = 0  # records without the key's fields
         self.late = 0  # time-based: records of an already-closed sub-window, dropped
         self._max_index: int | None = None
-        self._carry: pa.Table | None = None  # aggregated rows of the still-open sub-window
+        # The still-open sub-window's aggregated rows: (its index, key texts, counts).
+        self._carry: tuple[int, pa.Array, np.ndarray] | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The record columns the query reads: the key's fields, ``ts`` (time-based), ``wire_len`` (bytes)."""
+        extra = ("ts",) * self.time_based + ("wire_len",) * (self.weight == "bytes")
+        return tuple(dict.fromkeys((*self._fields, *extra)))
 
     def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[dict[str, Any]]:
         """Feed record batches in order; yield each report as its sub-window closes."""
@@ -148,18 +158,22 @@ class OfflineTopK(Base):
 
     def feed(self, batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:
         """Feed one batch; yield the reports of the sub-windows it closes."""
-        keys = key_text(batch, self._fields)
-        valid = pc.is_valid(keys)
+        codes, valid, texts = key_codes(batch, self._fields)
         if self.time_based:
-            valid = pc.and_(valid, pc.is_valid(batch.column("ts")))
-        n_valid = pc.sum(valid).as_py() or 0
+            ts, ts_valid = as_numpy(_int64(batch.column("ts")))
+            if ts_valid is not None:
+                valid = ts_valid if valid is None else valid & ts_valid
+        n_valid = batch.num_rows if valid is None else int(np.count_nonzero(valid))
         self.skipped += batch.num_rows - n_valid
         if n_valid == 0:
             return
-        keys = keys.filter(valid)
-        w = weights(batch, self.weight).filter(valid)
+        w = weight_values(batch, self.weight)
+        if n_valid < batch.num_rows:
+            codes = codes[valid]
+            w = None if w is None else w[valid]
+            if self.time_based:
+                ts = ts[valid]
         if self.time_based:
-            ts = pc.cast(_flat(batch.column("ts")).filter(valid), pa.int64()).to_numpy(zero_copy_only=False)
             index = ts // self._b_units
             prev = np.empty_like(index)
             prev[0] = index[0] if self._max_index is None else self._max_index
@@ -168,48 +182,128 @@ class OfflineTopK(Base):
             late = index < prev
             if late.any():
                 self.late += int(late.sum())
-                keep = pa.array(~late)
-                keys, w, index = keys.filter(keep), w.filter(keep), index[~late]
+                keep = ~late
+                codes, index = codes[keep], index[keep]
+                w = None if w is None else w[keep]
             if len(index) == 0:
                 return
             self._max_index = int(max(prev[0], index.max()))
         else:
             index = (self.records + np.arange(n_valid, dtype=np.int64)) // self._b_units
         self.records += len(index)
-        rows = pa.table({"sw": pa.array(index, pa.int64()), "key": keys, "w": w})
-        if self._carry is not None:
-            rows = pa.concat_tables([self._carry, rows])
-        counts = rows.group_by(["sw", "key"], use_threads=False).aggregate([("w", "sum")])
-        counts = counts.sort_by([("sw", "ascending"), ("w_sum", "descending"), ("key", "ascending")])
-        sw = counts["sw"].to_numpy()
-        last = int(sw[-1])
+        yield from self._count(index, codes.astype(np.int64), w, texts)
+
+    def _count(
+        self, index: np.ndarray, codes: np.ndarray, w: np.ndarray | None, texts: pa.Array
+    ) -> Iterator[dict[str, Any]]:
+        """Sum the records' weights per (sub-window, key) with the open sub-window's rows; close.
+
+        ``index`` (non-decreasing: late records are gone) is each record's sub-window, ``codes``
+        its key in ``texts``, ``w`` its weight (None: 1 each).
+        """
+        carry = self._carry
+        n_carry = 0
+        if carry is not None:
+            # The open sub-window's rows (key texts) and this batch's keys, in one code space.
+            first, carry_texts, carry_counts = carry
+            n_carry = len(carry_texts)
+            encoded = pa.concat_arrays([carry_texts, texts]).dictionary_encode()
+            joint = as_numpy(encoded.indices)[0].astype(np.int64)
+            carry_codes, codes = joint[:n_carry], joint[n_carry:][codes]
+            texts = encoded.dictionary
+        else:
+            first = int(index[0])
+        # Sub-windows ranked 0, 1, ... (rank 0: the carried one, if any); one code per (rank, key).
+        change = np.empty(len(index), bool)
+        change[0] = index[0] != first
+        np.not_equal(index[1:], index[:-1], out=change[1:])
+        windows = np.concatenate([np.array([first], np.int64), index[change]])
+        n_keys = len(texts)
+        code = np.cumsum(change) * n_keys + codes
+        size = len(windows) * n_keys
+        if size <= 4 * len(code) + 65536:
+            present = np.bincount(code, minlength=size)
+            sums = present.copy() if w is None else _sums(code, w, size)
+            if n_carry:
+                present[carry_codes] += 1
+                sums[carry_codes] += carry_counts
+            rows = np.flatnonzero(present)
+            sums = sums[rows]
+        else:
+            both = code if not n_carry else np.concatenate([carry_codes, code])
+            rows, group = np.unique(both, return_inverse=True)
+            if w is None:
+                sums = np.bincount(group[n_carry:], minlength=len(rows))
+            else:
+                sums = _sums(group[n_carry:], w, len(rows))
+            if n_carry:
+                sums[group[:n_carry]] += carry_counts
+        # rows: (sub-window rank, key) codes in ascending order, sums: their exact counts
+        rank, keys = np.divmod(rows, n_keys)
+        last = int(windows[-1])
         closes_last = not self.time_based and self.records == (last + 1) * self._b_units
-        n_closed = len(sw) if closes_last else int(np.searchsorted(sw, last, side="left"))
-        tail = counts.slice(n_closed)
-        self._carry = tail.rename_columns(["sw", "key", "w"]) if tail.num_rows else None
+        n_rows = len(rows)
+        n_closed = n_rows if closes_last else int(np.searchsorted(rank, len(windows) - 1, side="left"))
+        if n_closed < n_rows:
+            self._carry = (last, texts.take(_indices(keys[n_closed:])), sums[n_closed:])
+        else:
+            self._carry = None
         if n_closed == 0:
             return
-        sw = sw[:n_closed]
-        starts = np.flatnonzero(np.r_[True, sw[1:] != sw[:-1]])
+        rank, keys, sums = rank[:n_closed], keys[:n_closed], sums[:n_closed]
+        # Count descending within each sub-window; then (Alg. 6) only each one's top-k rows, ties
+        # at the k-th count broken by the key text: the rows the Arrow-sorted path passed on.
+        order = np.lexsort((-sums, rank))
+        rank, keys, sums = rank[order], keys[order], sums[order]
+        starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
         if not self.exact:
-            # Only the top-k rows of each sub-window enter the merge (rows are sorted by rank).
-            rank = np.arange(n_closed) - np.repeat(starts, np.diff(np.r_[starts, n_closed]))
-            keep = np.flatnonzero(rank < self.k)
-            sw = sw[keep]
-            starts = np.flatnonzero(np.r_[True, sw[1:] != sw[:-1]])
-            key_list = counts["key"].take(keep).to_pylist()
-            count_list = counts["w_sum"].take(keep).to_pylist()
-        else:
-            key_list = counts["key"].slice(0, n_closed).to_pylist()
-            count_list = counts["w_sum"].slice(0, n_closed).to_pylist()
-        ends = np.r_[starts[1:], len(sw)]
+            lengths = np.diff(np.r_[starts, n_closed])
+            kth = np.where(lengths >= self.k, sums[np.minimum(starts + self.k - 1, n_closed - 1)], sums.min())
+            cand = np.flatnonzero(sums >= np.repeat(kth, lengths))
+            rank, keys, sums = rank[cand], keys[cand], sums[cand]
+            text_rank = np.empty(len(cand), np.int64)
+            text_rank[as_numpy(pc.sort_indices(texts.take(_indices(keys))))[0]] = np.arange(len(cand))
+            order = np.lexsort((text_rank, -sums, rank))
+            rank, keys, sums = rank[order], keys[order], sums[order]
+            starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+            position = np.arange(len(rank)) - np.repeat(starts, np.diff(np.r_[starts, len(rank)]))
+            keep = np.flatnonzero(position < self.k)
+            rank, keys, sums = rank[keep], keys[keep], sums[keep]
+            starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+        key_list = texts.take(_indices(keys)).to_pylist()
+        count_list = sums.tolist()
+        ends = np.r_[starts[1:], len(rank)]
         add = self._algorithm.add_subwindow
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            yield from add(dict(zip(key_list[s:e], count_list[s:e], strict=True)), int(sw[s]))
+            sub_window = int(windows[rank[s]])
+            yield from add(dict(zip(key_list[s:e], count_list[s:e], strict=True)), sub_window)
 
 
-def _flat(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def _sums(group: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
+    """Exact ``int64`` sums of ``w`` per group (``group`` in ``0 .. size - 1``)."""
+    bound = max(int(w.max()), -int(w.min())) * len(w)
+    if bound < 2**53:  # every partial sum is an integer a float64 holds exactly
+        return np.bincount(group, weights=w, minlength=size).astype(np.int64)
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    out = np.zeros(size, np.int64)
+    out[g[starts]] = np.add.reduceat(w[order], starts)
+    return out
+
+
+def _indices(values: np.ndarray) -> pa.Array:
+    """``int64`` numpy -> an Arrow index array for ``take`` (from buffers: see analytics.keys)."""
+    values = np.ascontiguousarray(values, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _int64(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A timestamp or integer column as raw ``int64`` values (``pc.cast`` for other types)."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_timestamp(column.type) or column.type == pa.int64():
+        return column
+    return pc.cast(column, pa.int64())
 
 
 def read_topk(path: str | Path, **query: Any) -> tuple[OfflineTopK, Iterator[dict[str, Any]]]:
@@ -217,4 +311,4 @@ def read_topk(path: str | Path, **query: Any) -> tuple[OfflineTopK, Iterator[dic
     from ingest import read_records  # the capture reader lives in ingest/
 
     q = OfflineTopK(**query)
-    return q, q.run(read_records(path))
+    return q, q.run(read_records(path, columns=q.columns))

@@ -57,10 +57,12 @@ from ingest.schema import ARROW_SCHEMA
 __all__ = [
     "PAD",
     "SUPPORTED_LINKTYPES",
+    "TRANSPORT_FIELDS",
     "HeaderColumns",
     "build_batch",
     "decode_frames",
     "decode_headers",
+    "projected_schema",
     "sanitize_iface",
 ]
 
@@ -81,6 +83,18 @@ SUPPORTED_LINKTYPES: dict[int, str] = {
 #: Bytes a buffer must extend past the end of its last frame (the decoder reads fixed windows).
 PAD = 128
 
+#: The fields read from the transport header (``decode_headers(..., transport=False)`` skips them).
+TRANSPORT_FIELDS = (
+    "src_port",
+    "dst_port",
+    "tcp_flags",
+    "tcp_seq",
+    "tcp_ack",
+    "tcp_window",
+    "icmp_type",
+    "icmp_code",
+)
+
 _VLAN_TYPES = (0x8100, 0x88A8, 0x9100)
 _MAX_VLAN_TAGS = 8
 _IPV6_FAMILIES = (10, 24, 28, 30)  # AF_INET6: Linux, NetBSD/OpenBSD, FreeBSD, Darwin
@@ -99,7 +113,8 @@ class HeaderColumns:
 
     Nullable fields come as a value array and a boolean validity array (``*_valid``).
     IPv4 addresses are ``uint32`` (0 in IPv6 rows); IPv6 addresses are ``(n6, 16)`` bytes for
-    the IPv6 rows, in record order.
+    the IPv6 rows, in record order. The :data:`TRANSPORT_FIELDS` are None when decoded with
+    ``transport=False`` (their validity arrays are always there).
     """
 
     index: np.ndarray  #: int64, the frame each record came from
@@ -111,16 +126,16 @@ class HeaderColumns:
     dst4: np.ndarray
     src6: np.ndarray
     dst6: np.ndarray
-    src_port: np.ndarray
-    dst_port: np.ndarray
+    src_port: np.ndarray | None
+    dst_port: np.ndarray | None
     port_valid: np.ndarray
-    tcp_flags: np.ndarray
-    tcp_seq: np.ndarray
-    tcp_ack: np.ndarray
-    tcp_window: np.ndarray
+    tcp_flags: np.ndarray | None
+    tcp_seq: np.ndarray | None
+    tcp_ack: np.ndarray | None
+    tcp_window: np.ndarray | None
     tcp_valid: np.ndarray
-    icmp_type: np.ndarray
-    icmp_code: np.ndarray
+    icmp_type: np.ndarray | None
+    icmp_code: np.ndarray | None
     icmp_valid: np.ndarray
     vlan: np.ndarray
     vlan_valid: np.ndarray
@@ -276,7 +291,12 @@ def _walk_ipv6(mv: memoryview, p: int, end: int, nh: int) -> tuple[int, int, boo
 
 
 def decode_headers(
-    buf: np.ndarray, data_start: np.ndarray, cap_len: np.ndarray, linktype: int | np.ndarray
+    buf: np.ndarray,
+    data_start: np.ndarray,
+    cap_len: np.ndarray,
+    linktype: int | np.ndarray,
+    *,
+    transport: bool = True,
 ) -> HeaderColumns:
     """Decode the IP and transport headers of a block of frames that lie in ``buf``.
 
@@ -289,6 +309,10 @@ def decode_headers(
         ``int64`` offset in ``buf`` and captured length of each frame.
     linktype : int or numpy.ndarray
         The link type of all frames, or one per frame (pcapng interfaces differ).
+    transport : bool
+        Read the transport fields (:data:`TRANSPORT_FIELDS`). If False they are None: the records,
+        their validity flags (``port_valid`` ...) and every count are the same, only the ports,
+        TCP and ICMP values are not read.
 
     Returns
     -------
@@ -323,7 +347,8 @@ def decode_headers(
         count = int(np.count_nonzero(net == code))
         if count:
             skipped[reason] = skipped.get(reason, 0) + count
-    return _network_layer(buf, np.flatnonzero((net == 4) | (net == 6)), l3, end, net, vlan, skipped)
+    cand = np.flatnonzero((net == 4) | (net == 6))
+    return _network_layer(buf, cand, l3, end, net, vlan, skipped, transport)
 
 
 def _network_layer(
@@ -334,6 +359,7 @@ def _network_layer(
     net_all: np.ndarray,
     vlan_all: np.ndarray,
     skipped: dict[str, int],
+    transport: bool = True,
 ) -> HeaderColumns:
     """IP and transport headers of the candidate frames ``cand`` (those the link layer says are IP)."""
     l3, end, want6 = l3_all[cand], end_all[cand], net_all[cand] == 6
@@ -376,28 +402,40 @@ def _network_layer(
     captured = parse & (l4 + need <= end)
     l4_cut |= parse & ~captured
     sel = np.flatnonzero(captured)
-    th = _gather(buf, 20, l4[sel])
 
     k = len(cand)
     port_valid = captured & (is_tcp | is_udp)
     tcp_valid = captured & is_tcp
     icmp_valid = captured & is_icmp
-    src_port = np.zeros(k, np.int32)
-    dst_port = np.zeros(k, np.int32)
-    src_port[sel] = _col16(th, 0)
-    dst_port[sel] = _col16(th, 2)
-    tcp_seq = np.zeros(k, np.int64)
-    tcp_ack = np.zeros(k, np.int64)
-    tcp_flags = np.zeros(k, np.int16)
-    tcp_window = np.zeros(k, np.int32)
-    tcp_seq[sel] = _col32(th, 4)
-    tcp_ack[sel] = _col32(th, 8)
-    tcp_flags[sel] = th[:, 13]
-    tcp_window[sel] = _col16(th, 14)
-    icmp_type = np.zeros(k, np.int16)
-    icmp_code = np.zeros(k, np.int16)
-    icmp_type[sel] = th[:, 0]
-    icmp_code[sel] = th[:, 1]
+    values: dict[str, np.ndarray | None] = dict.fromkeys(TRANSPORT_FIELDS)
+    if transport:
+        th = _gather(buf, 20, l4[sel])
+        src_port = np.zeros(k, np.int32)
+        dst_port = np.zeros(k, np.int32)
+        src_port[sel] = _col16(th, 0)
+        dst_port[sel] = _col16(th, 2)
+        tcp_seq = np.zeros(k, np.int64)
+        tcp_ack = np.zeros(k, np.int64)
+        tcp_flags = np.zeros(k, np.int16)
+        tcp_window = np.zeros(k, np.int32)
+        tcp_seq[sel] = _col32(th, 4)
+        tcp_ack[sel] = _col32(th, 8)
+        tcp_flags[sel] = th[:, 13]
+        tcp_window[sel] = _col16(th, 14)
+        icmp_type = np.zeros(k, np.int16)
+        icmp_code = np.zeros(k, np.int16)
+        icmp_type[sel] = th[:, 0]
+        icmp_code[sel] = th[:, 1]
+        values.update(
+            src_port=src_port,
+            dst_port=dst_port,
+            tcp_flags=tcp_flags,
+            tcp_seq=tcp_seq,
+            tcp_ack=tcp_ack,
+            tcp_window=tcp_window,
+            icmp_type=icmp_type,
+            icmp_code=icmp_code,
+        )
 
     rec = np.flatnonzero(ok)
     rec6 = rec[want6[rec]]
@@ -414,16 +452,9 @@ def _network_layer(
         dst4=np.where(v4, _col32(ip, 16)[rec], 0).astype(np.uint32),
         src6=ip[rec6, 8:24],
         dst6=ip[rec6, 24:40],
-        src_port=src_port[rec],
-        dst_port=dst_port[rec],
         port_valid=port_valid[rec],
-        tcp_flags=tcp_flags[rec],
-        tcp_seq=tcp_seq[rec],
-        tcp_ack=tcp_ack[rec],
-        tcp_window=tcp_window[rec],
         tcp_valid=tcp_valid[rec],
-        icmp_type=icmp_type[rec],
-        icmp_code=icmp_code[rec],
+        **{name: None if v is None else v[rec] for name, v in values.items()},
         icmp_valid=icmp_valid[rec],
         vlan=vlan,
         vlan_valid=vlan >= 0,
@@ -441,25 +472,15 @@ class _IPv4Text:
     """IPv4 dotted quads for whole arrays: two lookups in 65,536-entry tables of ``"a.b."``."""
 
     def __init__(self) -> None:
-        octet = np.zeros((256, 4), np.uint8)  # "v." zero-padded
-        olen = np.zeros(256, np.int64)
-        for v in range(256):
-            text = f"{v}.".encode()
-            octet[v, : len(text)] = np.frombuffer(text, np.uint8)
-            olen[v] = len(text)
+        # "v." and "v" as little-endian integers (the text's first byte lowest), and their lengths.
+        dotted = np.array([int.from_bytes(f"{v}.".encode(), "little") for v in range(256)], np.uint64)
+        olen = np.array([len(f"{v}.") for v in range(256)], np.uint64)
+        bare = dotted & ((np.uint64(1) << (np.uint64(8) * (olen - np.uint64(1)))) - np.uint64(1))
         hi, lo = np.divmod(np.arange(65536), 256)
-        rows = np.arange(65536)
-        head = np.zeros((65536, 12), np.uint8)  # "a.b." then zeros
-        tail = np.zeros((65536, 12), np.uint8)  # "c.d" then zeros
-        for table, last_dot in ((head, True), (tail, False)):
-            table[:, :4] = octet[hi]
-            second = octet[lo].copy()
-            if not last_dot:
-                second[rows, olen[lo] - 1] = 0
-            for j in range(4):
-                table[rows, olen[hi] + j] = second[:, j]
-        self.head = np.ascontiguousarray(head[:, :8]).view(np.uint64).ravel()
-        self.tail = np.ascontiguousarray(tail[:, :8]).view(np.uint64).ravel()
+        shift = np.uint64(8) * olen[hi]
+        # The 8 bytes of "a.b." / "c.d" then zeros, read as native uint64 (as the tables are used).
+        self.head = (dotted[hi] | (dotted[lo] << shift)).astype("<u8").view(np.uint64)
+        self.tail = (dotted[hi] | (bare[lo] << shift)).astype("<u8").view(np.uint64)
         self.head_len = (olen[hi] + olen[lo]).astype(np.int32)
         self.tail_len = (self.head_len - 1).astype(np.int32)
 
@@ -492,17 +513,19 @@ def _ipv6_text(raw: np.ndarray) -> pa.Array:
         if text is None:
             text = _ipv6_cache[key] = str(ipaddress.IPv6Address(key))
         texts.append(text)
-    return pa.array(texts, pa.string()).take(encoded.indices)
+    return _string_array(texts).take(encoded.indices)
 
 
 def _ipv4_strings(text: _IPv4Text, addr: np.ndarray) -> pa.Array:
     """Dotted quads; traffic repeats addresses, so format each distinct one once when that pays."""
     if len(addr) < 1024:
         return text(addr)
-    encoded = pa.array(addr).dictionary_encode()
+    encoded = _from_numpy(addr, pa.uint32()).dictionary_encode()
     if len(encoded.dictionary) > len(addr) // 2:
         return text(addr)
-    return text(encoded.dictionary.to_numpy()).take(encoded.indices)
+    distinct = encoded.dictionary
+    values = np.frombuffer(distinct.buffers()[1], np.uint32, len(distinct), distinct.offset * 4)
+    return text(values).take(encoded.indices)
 
 
 def _ip_text(cols: HeaderColumns, v4: np.ndarray, addr4: np.ndarray, addr6: np.ndarray) -> pa.Array:
@@ -519,7 +542,7 @@ def _ip_text(cols: HeaderColumns, v4: np.ndarray, addr4: np.ndarray, addr6: np.n
     order = np.empty(len(cols), np.int32)
     order[v4] = np.arange(len(cols) - n6, dtype=np.int32)
     order[~v4] = np.arange(len(cols) - n6, len(cols), dtype=np.int32)
-    return both.take(pa.array(order))
+    return both.take(_from_numpy(order, pa.int32()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,12 +558,62 @@ def sanitize_iface(name: str) -> str:
     return name.replace(",", "_").replace("\n", "_").replace("\r", "_")
 
 
-def _nullable(values: np.ndarray, valid: np.ndarray, type_: pa.DataType) -> pa.Array:
-    dtype = type_.to_pandas_dtype()
-    values = values.astype(dtype, copy=False)
-    if valid.all():
-        return pa.array(values, type_)
-    return pa.array(values, type_, mask=~valid)
+_TS_TYPE = ARROW_SCHEMA.field("ts").type
+
+
+def _from_numpy(values: np.ndarray, type_: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
+    """A fixed-width integer Arrow array over ``values`` (no copy if already native and contiguous).
+
+    Null where ``valid`` is False. Built from buffers, not with ``pa.array``: pyarrow imports pandas
+    the first time it is handed a numpy array or a list (to check for pandas objects), a quarter
+    of a second that reading a capture does not need.
+    """
+    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
+    n = len(values)
+    if valid is None or valid.all():
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
+    bits = np.packbits(valid, bitorder="little")
+    nulls = n - int(np.count_nonzero(valid))
+    return pa.Array.from_buffers(type_, n, [pa.py_buffer(bits), pa.py_buffer(values)], null_count=nulls)
+
+
+def _string_array(texts: Sequence[str]) -> pa.Array:
+    """A string array of ``texts`` (no nulls), built from buffers (see :func:`_from_numpy`)."""
+    data = [t.encode() for t in texts]
+    offsets = np.zeros(len(data) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise ValueError("texts: 2 GiB or more of text for one string array")
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))]
+    return pa.Array.from_buffers(pa.string(), len(data), buffers)
+
+
+def projected_schema(columns: Sequence[str] | None) -> pa.Schema:
+    """:data:`ingest.schema.ARROW_SCHEMA`, or only ``columns`` of it in the order given.
+
+    >>> projected_schema(["src_ip", "ts"]).names
+    ['src_ip', 'ts']
+    """
+    if columns is None:
+        return ARROW_SCHEMA
+    names = list(columns)
+    unknown = [c for c in names if c not in ARROW_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"columns: unknown record column(s) {unknown}; one of {ARROW_SCHEMA.names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"columns: a column is named twice in {names}")
+    return pa.schema([ARROW_SCHEMA.field(c) for c in names])
+
+
+def _iface_column(iface: str | tuple[Sequence[str], np.ndarray], idx: np.ndarray) -> pa.Array:
+    n = len(idx)
+    if isinstance(iface, str):
+        name = sanitize_iface(iface).encode()
+        offsets = np.arange(n + 1, dtype=np.int32) * len(name)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(name * n))
+    names, which = iface
+    table = _string_array([sanitize_iface(s) for s in names])
+    return table.take(_from_numpy(np.asarray(which)[idx], pa.int32()))
 
 
 def build_batch(
@@ -549,46 +622,42 @@ def build_batch(
     cap_len: np.ndarray,
     wire_len: np.ndarray,
     iface: str | tuple[Sequence[str], np.ndarray],
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
-    """The record batch (exactly :data:`ingest.schema.ARROW_SCHEMA`) of decoded records.
+    """The record batch (exactly :data:`ingest.schema.ARROW_SCHEMA`, or ``columns`` of it) of decoded records.
 
     ``ts_ns``, ``cap_len`` and ``wire_len`` are per frame (indexed by ``cols.index``); ``iface``
-    is one name for every record, or ``(names, per-frame index into names)``.
+    is one name for every record, or ``(names, per-frame index into names)``. ``columns``: only
+    these columns, in that order (:func:`projected_schema`); the others are never built.
     """
+    schema = projected_schema(columns)
+    missing = [name for name in schema.names if name in TRANSPORT_FIELDS and getattr(cols, name) is None]
+    if missing:
+        raise ValueError(f"columns: {missing} were not decoded (decode_headers(..., transport=False))")
     idx = cols.index
-    n = len(idx)
     v4 = cols.ip_version == 4
-    if isinstance(iface, str):
-        name = sanitize_iface(iface).encode()
-        offsets = np.arange(n + 1, dtype=np.int32) * len(name)
-        iface_col = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(name * n))
-    else:
-        names, which = iface
-        table = pa.array([sanitize_iface(s) for s in names], pa.string())
-        iface_col = table.take(pa.array(np.asarray(which)[idx].astype(np.int32)))
-    all_valid = np.ones(n, bool)
-    arrays = [
-        pa.array(np.asarray(ts_ns, dtype=np.int64)[idx], pa.int64()).view(ARROW_SCHEMA.field("ts").type),
-        pa.array(np.asarray(cap_len)[idx].astype(np.int32), pa.int32()),
-        pa.array(np.asarray(wire_len)[idx].astype(np.int32), pa.int32()),
-        pa.array(cols.ip_version, pa.int8()),
-        _ip_text(cols, v4, cols.src4, cols.src6),
-        _ip_text(cols, v4, cols.dst4, cols.dst6),
-        _nullable(cols.proto, all_valid, pa.int16()),
-        _nullable(cols.ip_len, all_valid, pa.int32()),
-        _nullable(cols.ttl, all_valid, pa.int16()),
-        _nullable(cols.src_port, cols.port_valid, pa.int32()),
-        _nullable(cols.dst_port, cols.port_valid, pa.int32()),
-        _nullable(cols.tcp_flags, cols.tcp_valid, pa.int16()),
-        _nullable(cols.tcp_seq, cols.tcp_valid, pa.int64()),
-        _nullable(cols.tcp_ack, cols.tcp_valid, pa.int64()),
-        _nullable(cols.tcp_window, cols.tcp_valid, pa.int32()),
-        _nullable(cols.icmp_type, cols.icmp_valid, pa.int16()),
-        _nullable(cols.icmp_code, cols.icmp_valid, pa.int16()),
-        _nullable(cols.vlan, cols.vlan_valid, pa.int32()),
-        iface_col,
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    build = {
+        "ts": lambda: _from_numpy(np.asarray(ts_ns, dtype=np.int64)[idx], pa.int64()).view(_TS_TYPE),
+        "cap_len": lambda: _from_numpy(np.asarray(cap_len)[idx], pa.int32()),
+        "wire_len": lambda: _from_numpy(np.asarray(wire_len)[idx], pa.int32()),
+        "ip_version": lambda: _from_numpy(cols.ip_version, pa.int8()),
+        "src_ip": lambda: _ip_text(cols, v4, cols.src4, cols.src6),
+        "dst_ip": lambda: _ip_text(cols, v4, cols.dst4, cols.dst6),
+        "proto": lambda: _from_numpy(cols.proto, pa.int16()),
+        "ip_len": lambda: _from_numpy(cols.ip_len, pa.int32()),
+        "ttl": lambda: _from_numpy(cols.ttl, pa.int16()),
+        "src_port": lambda: _from_numpy(cols.src_port, pa.int32(), cols.port_valid),
+        "dst_port": lambda: _from_numpy(cols.dst_port, pa.int32(), cols.port_valid),
+        "tcp_flags": lambda: _from_numpy(cols.tcp_flags, pa.int16(), cols.tcp_valid),
+        "tcp_seq": lambda: _from_numpy(cols.tcp_seq, pa.int64(), cols.tcp_valid),
+        "tcp_ack": lambda: _from_numpy(cols.tcp_ack, pa.int64(), cols.tcp_valid),
+        "tcp_window": lambda: _from_numpy(cols.tcp_window, pa.int32(), cols.tcp_valid),
+        "icmp_type": lambda: _from_numpy(cols.icmp_type, pa.int16(), cols.icmp_valid),
+        "icmp_code": lambda: _from_numpy(cols.icmp_code, pa.int16(), cols.icmp_valid),
+        "vlan": lambda: _from_numpy(cols.vlan, pa.int32(), cols.vlan_valid),
+        "iface": lambda: _iface_column(iface, idx),
+    }
+    return pa.RecordBatch.from_arrays([build[name]() for name in schema.names], schema=schema)
 
 
 def decode_frames(

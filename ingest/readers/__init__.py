@@ -23,13 +23,13 @@ Examples
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 import numpy as np
 import pyarrow as pa
 
-from ingest.decode import build_batch, decode_headers
+from ingest.decode import TRANSPORT_FIELDS, build_batch, decode_headers, projected_schema
 from ingest.errors import CaptureError
 from ingest.readers._source import DEFAULT_CHUNK_BYTES, ChunkSource
 from ingest.readers.pcap import MAGICS as PCAP_MAGICS
@@ -54,6 +54,7 @@ def read_records(
     batch_size: int = 65536,
     iface: str | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    columns: Sequence[str] | None = None,
 ) -> CaptureReader:
     """Open a capture file and return an iterable of record batches (see :class:`CaptureReader`).
 
@@ -68,6 +69,11 @@ def read_records(
         ``"0"`` for classic pcap). ``,`` and line breaks become ``_``.
     chunk_bytes : int
         Bytes read per chunk: memory stays a few times this, whatever the file size.
+    columns : sequence of str, optional
+        Only these record columns, in this order (default: every column of
+        :data:`ingest.schema.ARROW_SCHEMA`). The others are not built (nor the transport header
+        read, if no column needs it), which saves time when a query needs a few. The records and
+        the summary are the same.
 
     Raises
     ------
@@ -75,11 +81,12 @@ def read_records(
         The file cannot be opened, or is not a capture (unknown magic), or its header is bad, or
         (classic pcap) its link type is not supported.
     """
-    return CaptureReader(path, batch_size=batch_size, iface=iface, chunk_bytes=chunk_bytes)
+    return CaptureReader(path, batch_size=batch_size, iface=iface, chunk_bytes=chunk_bytes, columns=columns)
 
 
 class CaptureReader:
-    """Record batches (exactly :data:`ingest.schema.ARROW_SCHEMA`) of one capture, in file order.
+    """Record batches of one capture, in file order: exactly :data:`ingest.schema.ARROW_SCHEMA`
+    (:attr:`schema`; only the ``columns`` asked for, if given).
 
     Iterate once. :attr:`summary` is updated as the batches come (counts may run one chunk ahead
     of the batches handed out) and is final when iteration ends. A damaged file raises
@@ -93,9 +100,13 @@ class CaptureReader:
         batch_size: int = 65536,
         iface: str | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        columns: Sequence[str] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.schema = projected_schema(columns)
+        self.columns = None if columns is None else tuple(self.schema.names)
+        self._transport = columns is None or any(c in TRANSPORT_FIELDS for c in self.columns)
         self.path = str(path)
         self.batch_size = int(batch_size)
         self.iface = iface
@@ -147,7 +158,9 @@ class CaptureReader:
         last_ts: int | None = None
         try:
             for block in self._format.blocks(summary):
-                cols = decode_headers(block.buf, block.data_start, block.cap_len, block.linktype)
+                cols = decode_headers(
+                    block.buf, block.data_start, block.cap_len, block.linktype, transport=self._transport
+                )
                 summary.frames += len(block.data_start)
                 summary.records += len(cols)
                 summary.add_skipped(cols.skipped)
@@ -161,7 +174,7 @@ class CaptureReader:
                     summary.ts_backwards += 1
                 last_ts = int(ts[-1])
                 iface = block.iface if self.iface is None else self.iface
-                batch = build_batch(cols, block.ts_ns, block.cap_len, block.wire_len, iface)
+                batch = build_batch(cols, block.ts_ns, block.cap_len, block.wire_len, iface, self.columns)
                 for start in range(0, batch.num_rows, self.batch_size):
                     yield batch.slice(start, self.batch_size)
         finally:

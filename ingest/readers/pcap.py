@@ -40,21 +40,25 @@ _LINKTYPE_NAMES = {
 }
 
 
-def _walk(mv: memoryview, off: int, length: struct.Struct) -> tuple[list[int], int]:
-    """Offsets of the complete records in ``mv`` from ``off``, and where the first incomplete one starts."""
-    unpack = length.unpack_from
+def _walk(mv: memoryview, off: int, cap_len: struct.Struct) -> tuple[list[int], int]:
+    """Offsets of the complete records in ``mv`` from ``off``, and where the first incomplete one starts.
+
+    ``cap_len`` reads a record's captured length from the record's own offset (``"<8xI"``): one
+    addition per record fewer than reading at ``off + 8``, in the loop that dominates reading.
+    """
+    unpack = cap_len.unpack_from
     offs: list[int] = []
     app = offs.append
     try:
         while True:  # the hot loop, unrolled: the end of mv stops it (struct.error)
             app(off)
-            off += 16 + unpack(mv, off + 8)[0]
+            off += 16 + unpack(mv, off)[0]
             app(off)
-            off += 16 + unpack(mv, off + 8)[0]
+            off += 16 + unpack(mv, off)[0]
             app(off)
-            off += 16 + unpack(mv, off + 8)[0]
+            off += 16 + unpack(mv, off)[0]
             app(off)
-            off += 16 + unpack(mv, off + 8)[0]
+            off += 16 + unpack(mv, off)[0]
     except struct.error:
         pass
     stop = offs.pop()
@@ -89,10 +93,11 @@ class PcapReader:
         summary.format = "pcap"
         summary.linktypes = [self.linktype]
         length = struct.Struct(self.order + "I")
+        cap_len_at = struct.Struct(self.order + "8xI")  # a record's captured length, from its offset
         header_dtype = np.dtype(self.order + "u4")
         off = 24
         while True:
-            offs, stop = _walk(src.view(), off, length)
+            offs, stop = _walk(src.view(), off, cap_len_at)
             if offs:
                 starts = np.asarray(offs, dtype=np.int64)
                 buf = src.array()
