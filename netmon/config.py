@@ -187,6 +187,9 @@ class JoinQuery:
     right_key: str = ""
     #: load shedding: none, cf, inp or pni (seed 003 §3.3)
     strategy: str = "pni"
+    #: a fixed share of [shedding] cpu_budget (0 < s <= 1); unset: the queries without one divide
+    #: what the others leave in proportion to their unshed cost
+    cpu_share: float | None = None
 
     def __post_init__(self) -> None:
         where = f"[[queries.join]] {self.name!r}"
@@ -201,6 +204,8 @@ class JoinQuery:
                 f"{where} strategy: expected one of {', '.join(STRATEGIES)} (max-subset runs offline only: "
                 f"netmon eval shedding), got {self.strategy!r}"
             )
+        if self.cpu_share is not None and not 0 < self.cpu_share <= 1:
+            raise ConfigError(f"{where} cpu_share: expected a fraction in (0, 1], got {self.cpu_share!r}")
         if self.query == "link":
             # Imported here: both need pyarrow, which the handshake default and the CLI's start skip.
             from analytics.keys import parse_key
@@ -244,6 +249,11 @@ class QueriesConfig:
 
     def __post_init__(self) -> None:
         check_unique_names("join", self.join)
+        shares = [q.cpu_share for q in self.join if q.cpu_share is not None]
+        if sum(shares) > 1 + 1e-9:
+            raise ConfigError(
+                f"[[queries.join]] cpu_share: the shares of the budget sum to more than 1, got {shares}"
+            )
 
 
 def check_unique_names(kind: str, queries: typing.Iterable[Any]) -> None:

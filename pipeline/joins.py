@@ -401,7 +401,7 @@ def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
     queries, shedding = cfg.queries.join, cfg.shedding
     control = control_file(cfg)
     controller = SheddingController(
-        [ControlledQuery(q.name, *_windows(q), q.strategy) for q in queries],
+        [ControlledQuery(q.name, *_windows(q), q.strategy, q.cpu_share) for q in queries],
         cpu_budget=shedding.cpu_budget,
         budget_scope=shedding.budget_scope,
         trigger_s=cfg.pipeline.trigger_s,

@@ -15,18 +15,24 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
    (de)serialisation included, and are smoothed (EWMA, weight ``smoothing``);
 2. turns the budget into event-time units: the next batch may use ``cpu_budget · trigger_s``
    seconds for about ``span`` seconds of event time, so ``B = cpu_budget · trigger_s / span``
-   seconds per event second. Several join queries share the budget in proportion to their
-   unshed cost. With ``budget_scope = "batch"`` (the default) the budget bounds the whole
-   micro-batch, not only the operator: the batch also reads and decodes every packet, ships and
+   seconds per event second. A query with a ``share`` (``[[queries.join]] cpu_share``) gets that
+   fraction of the budget; the others divide the rest in proportion to their unshed cost. With
+   ``budget_scope = "batch"`` (the default) the budget bounds the whole micro-batch, not only
+   the operator: the batch also reads and decodes every packet, ships and
    writes every result row, commits state and plans the next batch, which eq. (2) does not count.
    The operator's share is then ``B / ρ`` with ``ρ`` = batch duration / operator time (EWMA), so
    that the batch, not only the join, meets the budget. This is multiplicative feedback on the
    measured batch: overhead proportional to the join's work (result rows) is met in one step, a
    fixed per-batch cost in a few (departure from seed 003, whose cost model is the join's alone;
-   ``budget_scope = "operator"`` is the paper's);
+   ``budget_scope = "operator"`` is the paper's). The first batch a controller sees carries the
+   query's start-up: its ρ is used only if that batch overran the budget, and only until the
+   next measurement replaces it (ignoring it let a backlog build: the next batch, unshed, read
+   everything that arrived meanwhile);
 3. re-solves the optimizer (:meth:`analytics.join_cost.JoinCostModel.optimum`, eqs. 10-15) for
    the query's strategy and moves the fractions toward the optimum, smoothed against
-   oscillation: ``x ← x + clip(smoothing · (x* − x), −max_step, max_step)``.
+   oscillation: ``x ← x + clip(smoothing · (x* − x), −max_step, max_step)``. After a batch that
+   overran the budget, a fraction above its optimum drops to it at once: a slow descent lets
+   the lag, hence the next batch, grow while it lasts (shed fast, recover slowly).
 
 It returns one :class:`SheddingRecord` per query and batch (the ``results/shedding/`` rows) and
 keeps the fractions for the next batch in :attr:`fractions`. It does no I/O: the listener in
@@ -69,12 +75,15 @@ def observe_name(query: str) -> str:
 
 @dataclass(frozen=True)
 class ControlledQuery:
-    """What the controller needs of a join query: name, windows ``T_L``/``T_R`` and strategy."""
+    """What the controller needs of a join query: name, windows ``T_L``/``T_R``, strategy and its
+    fixed share of the budget (if any)."""
 
     name: str
     window_left_s: float
     window_right_s: float
     strategy: str
+    #: a fixed fraction of the budget, or None: a share of what the fixed ones leave
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +233,9 @@ class SheddingController:
         for name, x in (("x_left", x_left), ("x_right", x_right)):
             if not 0 <= x <= 1:
                 raise ValueError(f"{name}: expected a fraction in [0, 1], got {x!r}")
+        fixed = [q.share for q in queries if q.share is not None]
+        if any(not (math.isfinite(v) and 0 < v <= 1) for v in fixed) or sum(fixed) > 1 + 1e-9:
+            raise ValueError(f"share: expected fractions in (0, 1] that sum to at most 1, got {fixed!r}")
         self.queries = tuple(queries)
         self.cpu_budget = float(cpu_budget)
         self.trigger_s = float(trigger_s)
@@ -234,6 +246,8 @@ class SheddingController:
         self.budget_scope = budget_scope
         #: EWMA of batch duration / operator time (budget_scope "batch"); NaN until measured
         self._rho = math.nan
+        #: ρ came from a start-up batch: the next measurement replaces it rather than averaging
+        self._rho_provisional = False
         self._x: dict[str, tuple[float, float]] = {}
         self._clock: dict[str, int] = {}
         self._cu: dict[str, float] = {}
@@ -301,17 +315,27 @@ class SheddingController:
 
         # The budget per batch, shared in proportion to the queries' unshed cost per batch.
         allowed = self.cpu_budget * self.trigger_s
+        busy = sum(v["busy_s"] for v in measured.values())
+        overran = (batch_ms / 1000 if self.budget_scope == "batch" else busy) > allowed
         if self.budget_scope == "batch":
-            busy = sum(v["busy_s"] for v in measured.values())
-            # The first batch a controller sees carries the query's start-up: not a measurement.
-            if batch_ms > 0 and busy > 0 and self._seen_batches > 0:
-                self._rho = self._ewma_value(self._rho, batch_ms / 1000 / busy)
+            if batch_ms > 0 and busy > 0:
+                rho = batch_ms / 1000 / busy
+                if self._seen_batches == 0:
+                    # Start-up inflates ρ: take it only when the batch overran (see step 2).
+                    if overran:
+                        self._rho, self._rho_provisional = rho, True
+                elif self._rho_provisional:
+                    self._rho, self._rho_provisional = rho, False
+                else:
+                    self._rho = self._ewma_value(self._rho, rho)
             if math.isfinite(self._rho) and self._rho > 0:
                 allowed /= self._rho
         if measured:
             self._seen_batches += 1
         full = {name: v["full_cost"] for name, v in measured.items() if math.isfinite(v["full_cost"])}
-        total = sum(full.values())
+        shares = {q.name: q.share for q in self.queries if q.share is not None}
+        rest = allowed * (1.0 - sum(shares.values()))
+        total = sum(cost for name, cost in full.items() if name not in shares)
 
         records = []
         for q in self.queries:
@@ -323,13 +347,16 @@ class SheddingController:
             opt_l, opt_r, expected = x_l, x_r, math.nan
             model: JoinCostModel | None = v.get("model")  # type: ignore[assignment]
             if model is not None and q.name in full:
-                share = allowed if total <= allowed else allowed * full[q.name] / total
+                if q.share is not None:
+                    share = allowed * q.share
+                else:
+                    share = rest if total <= rest else rest * full[q.name] / total
                 alloc = model.optimum(q.strategy, share / v["span_s"])
                 opt_l, opt_r = alloc.x_left, alloc.x_right
                 expected = alloc.output_rate * v["span_s"]
                 if q.strategy != "none":
-                    x_l = self._step(x_l, opt_l)
-                    x_r = self._step(x_r, opt_r)
+                    x_l = self._step(x_l, opt_l, overran)
+                    x_r = self._step(x_r, opt_r, overran)
                     self._x[q.name] = (x_l, x_r)
             clock = self._clock.get(q.name)
             records.append(
@@ -372,7 +399,9 @@ class SheddingController:
             )
         return records
 
-    def _step(self, x: float, target: float) -> float:
+    def _step(self, x: float, target: float, overran: bool) -> float:
+        if overran and target < x:
+            return _clip(target, 0.0, 1.0)
         move = _clip(self.smoothing * (target - x), -self.max_step, self.max_step)
         return _clip(x + move, 0.0, 1.0)
 

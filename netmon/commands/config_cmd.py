@@ -34,10 +34,12 @@ def show(cfg: Config, as_json: bool) -> None:
         if scalars:
             click.echo(f"\n[{section}]")
             for key, value in scalars.items():
-                click.echo(f"{key} = {json.dumps(value)}")
+                if value is not None:
+                    click.echo(f"{key} = {json.dumps(value)}")
         for key, tables in values.items():
             if is_tables(tables):
                 for table in tables:
                     click.echo(f"\n[[{section}.{key}]]")
                     for k, v in table.items():
-                        click.echo(f"{k} = {json.dumps(v)}")
+                        if v is not None:  # TOML has no null: an unset optional key is left out
+                            click.echo(f"{k} = {json.dumps(v)}")

@@ -205,6 +205,14 @@ _LINK = '[[queries.join]]\nname = "l"\nquery = "link"\nleft = "iface=eth0"\nrigh
             "[queries].join: query names must be unique, got ['a', 'a']",
         ),
         ('[[queries.join]]\nname = "h"\nwindow = 3\n', "[queries].join[0]: unknown key 'window'"),
+        (
+            '[[queries.join]]\nname = "h"\ncpu_share = 1.5\n',
+            "[[queries.join]] 'h' cpu_share: expected a fraction in (0, 1], got 1.5",
+        ),
+        (
+            '[[queries.join]]\nname = "a"\ncpu_share = 0.6\n[[queries.join]]\nname = "b"\ncpu_share = 0.5\n',
+            "[[queries.join]] cpu_share: the shares of the budget sum to more than 1, got [0.6, 0.5]",
+        ),
         ('[[queries.join]]\nquery = "handshake"\n', "[queries].join[0]: missing required key 'name'"),
         ('[[queries.join]]\nname = "h"\nwindow_s = "3"\n', "[queries].join[0].window_s: expected float"),
         ("[shedding]\ncpu_budget = 0\n", "[shedding] cpu_budget: expected a fraction > 0, got 0.0"),

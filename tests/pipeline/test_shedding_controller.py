@@ -71,7 +71,8 @@ def progress(batch: int = 7, name: str = "link", **metrics: Any) -> dict[str, An
 
 
 def controller(*queries: ControlledQuery, budget: float = 0.45, **kw: Any) -> SheddingController:
-    kw = {"smoothing": 1.0, "max_step": 1.0, **kw}
+    # The operator's budget by default: the fixture's batch (1.8 s) is its own test's subject.
+    kw = {"smoothing": 1.0, "max_step": 1.0, "budget_scope": "operator", **kw}
     return SheddingController(queries or (LINK,), cpu_budget=budget, trigger_s=kw.pop("trigger_s", 1.0), **kw)
 
 
@@ -91,17 +92,21 @@ def test_optimum_of_the_reference_case(strategy: str, x: tuple[float, float]) ->
     assert r.event_time == "2026-11-22T04:00:00Z"
 
 
-def test_smoothing_and_bounded_step() -> None:
-    c = controller(smoothing=0.5, max_step=0.25, budget_scope="operator")
+def test_increases_are_smoothed_and_bounded_an_overrun_drops_at_once() -> None:
+    # Budget 0.95 > the unshed 0.9: the optimum is (1, 1). From (0.2, 0.2): 0.2 + min(0.25,
+    # 0.5·0.8) = 0.45, then 0.45 + min(0.25, 0.5·0.55) = 0.7.
+    c = controller(budget=0.95, smoothing=0.5, max_step=0.25, x_left=0.2, x_right=0.2)
     [r] = c.update(progress())
-    # x_L: 1 + 0.5·(0.9 − 1) = 0.95; x_R: 1 + max(−0.25, 0.5·(0 − 1)) = 0.75.
-    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.95), pytest.approx(0.75))
-    # Next second (same measurements, applied fractions as chosen): the costs' EWMA is unchanged,
-    # the optimum too; x_R moves another bounded step, x_L half the remaining way.
+    assert (r.optimum_x_left, r.optimum_x_right) == (1.0, 1.0)
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.45), pytest.approx(0.45))
     hi = 1795320000000000000
-    [r] = c.update(progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.95, x_right=0.75))
-    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.925), pytest.approx(0.5))
+    [r] = c.update(progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.45, x_right=0.45))
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.7), pytest.approx(0.7))
     assert r.span_s == 1.0  # the advance of the clock since the previous batch
+    # Budget 0.45: the operator's 0.9 s overran it, so the fractions drop to the optimum at once.
+    c = controller(smoothing=0.5, max_step=0.25)
+    [r] = c.update(progress())
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.9), 0.0)
 
 
 def test_costs_are_smoothed_with_ewma() -> None:
@@ -135,30 +140,60 @@ def test_operator_overhead_is_charged_to_the_costs() -> None:
     assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
 
 
+def _batch(batch: int, ms: int, **metrics: Any) -> dict[str, Any]:
+    """Batch ``batch`` (≥ 8) of the reference case, one second after batch 7, taking ``ms``."""
+    hi = 1795320000000000000 + (batch - 8) * 10**9
+    body = progress(batch=batch, min_ts_ns=hi, max_ts_ns=hi + 10**9, **metrics)
+    body["durationMs"]["triggerExecution"] = ms
+    return body
+
+
 def test_batch_scope_budgets_the_whole_micro_batch() -> None:
-    # The batch took 1.8 s for 0.9 s of operator time: ρ = 2, so the operator gets 0.45 / 2 =
-    # 0.225 CPU s of the 1 s trigger and PNI's x_L = 0.225 / 0.5 = 0.45. The first batch a
-    # controller sees carries the query's start-up and is not used for ρ.
-    hi = 1795320000000000000
-    second = {"min_ts_ns": hi, "max_ts_ns": hi + 10**9}
-    batch, operator = controller(budget_scope="batch"), controller(budget_scope="operator")
-    for c in (batch, operator):
-        [first] = c.update(progress(batch=7))
-        assert (first.optimum_x_left, first.optimum_x_right) == (pytest.approx(0.9), 0.0)
-    [r] = batch.update(progress(batch=8, **second))
+    # A 1.8 s batch for 0.9 s of operator time: ρ = 2, so the operator gets 0.45 / 2 = 0.225 CPU s
+    # of the 1 s trigger and PNI's x_L = 0.225 / 0.5 = 0.45.
+    batch = controller(budget_scope="batch", smoothing=0.5)
+    operator = controller(budget_scope="operator", smoothing=0.5)
+    # The first batch carries start-up: a batch within the budget (0.4 s) is not used for ρ, and
+    # without an overrun a decrease is smoothed: x ← x + 0.5·(x* − x).
+    first = progress()
+    first["durationMs"]["triggerExecution"] = 400
+    [r] = batch.update(first)
+    assert math.isnan(r.batch_factor) and (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.9), 0.0)
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.95), pytest.approx(0.5))
+    [r] = batch.update(_batch(8, 1800))
     assert r.batch_factor == pytest.approx(2.0) and r.batch_utilisation == pytest.approx(1.8)
     assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(0.45), 0.0)
-    [o] = operator.update(progress(batch=8, **second))
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.45), 0.0)  # overran: at once
+    # The operator scope ignores the batch's duration.
+    operator.update(first)
+    [o] = operator.update(_batch(8, 1800))
     assert math.isnan(o.batch_factor) and (o.optimum_x_left, o.optimum_x_right) == (pytest.approx(0.9), 0.0)
-    # Two cores: a 0.6 s batch for 0.9 s of operator time (ρ = 2/3) leaves the operator 0.675 s:
-    # all of the left side (0.5) and 0.175 / 0.4 of the right.
-    body = progress(batch=9, min_ts_ns=hi + 10**9, max_ts_ns=hi + 2 * 10**9)
-    body["durationMs"]["triggerExecution"] = 600
-    [r] = batch.update(body)
+
+
+def test_an_overrunning_first_batch_gives_a_provisional_batch_factor() -> None:
+    c = controller(budget_scope="batch", smoothing=0.5)
+    [r] = c.update(progress())  # 1.8 s > 0.45 s: ρ = 2 at once, and x drops to the optimum
+    assert r.batch_factor == pytest.approx(2.0)
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.45), 0.0)
+    # The next measurement replaces it (ρ = 1, not the average 1.5): x_L* = 0.9, approached by
+    # 0.45 + 0.5·0.45; after that ρ is an EWMA: 1 + 0.5·(2 − 1) = 1.5, x_L* = 0.3 / 0.5 = 0.6.
+    [r] = c.update(_batch(8, 900))
+    assert r.batch_factor == pytest.approx(1.0) and r.optimum_x_left == pytest.approx(0.9)
+    assert r.next_x_left == pytest.approx(0.675)
+    [r] = c.update(_batch(9, 1800))
+    assert r.batch_factor == pytest.approx(1.5) and r.next_x_left == pytest.approx(0.6)
+
+
+def test_two_cores_give_the_operator_more_than_the_interval() -> None:
+    # A 0.6 s batch for 0.9 s of operator time (ρ = 2/3) leaves the operator 0.675 s: all of the
+    # left side (0.5) and 0.175 / 0.4 of the right.
+    c = controller(budget_scope="batch")
+    c.update(progress())
+    [r] = c.update(_batch(8, 600))
     assert r.batch_factor == pytest.approx(2 / 3)
     assert r.optimum_x_left == pytest.approx(1.0) and r.optimum_x_right == pytest.approx(0.175 / 0.4)
     # ρ is part of the saved state: a restarted controller starts from it.
-    again = SheddingController([LINK], cpu_budget=0.45, trigger_s=1.0, initial=batch.state())
+    again = SheddingController([LINK], cpu_budget=0.45, trigger_s=1.0, initial=c.state())
     assert again._rho == pytest.approx(2 / 3)
 
 
@@ -181,6 +216,26 @@ def test_queries_share_the_budget_in_proportion_to_their_cost() -> None:
     ]
 
 
+def test_fixed_shares_and_the_rest_in_proportion() -> None:
+    # Three identical joins, each 0.9 unshed, budget 0.9: "a" has a fixed half (0.45: PNI 0.9, 0);
+    # "b" and "c" share the other 0.45 equally (0.225 each: x_L = 0.45).
+    a = ControlledQuery("a", 2.0, 1.0, "pni", share=0.5)
+    b, c = ControlledQuery("b", 2.0, 1.0, "pni"), ControlledQuery("c", 2.0, 1.0, "pni")
+    body = progress(name="a")
+    for name in ("b", "c"):
+        body["observedMetrics"][f"join.{name}"] = body["observedMetrics"]["join.a"]
+    records = controller(a, b, c, budget=0.9).update(body)
+    assert [(r.query, r.optimum_x_left, r.optimum_x_right) for r in records] == [
+        ("a", pytest.approx(0.9), 0.0),
+        ("b", pytest.approx(0.45), 0.0),
+        ("c", pytest.approx(0.45), 0.0),
+    ]
+    for shares in ((0.6, 0.5), (0.0,), (1.5,)):
+        queries = [ControlledQuery(f"q{i}", 1.0, 1.0, "pni", share=v) for i, v in enumerate(shares)]
+        with pytest.raises(ValueError, match="share: expected fractions"):
+            controller(*queries)
+
+
 def test_none_is_measured_but_never_shed_and_stale_batches_are_ignored() -> None:
     c = controller(ControlledQuery("link", 2.0, 1.0, "none"), ControlledQuery("idle", 1.0, 1.0, "pni"))
     [r] = c.update(progress())  # "idle" had no input: no record
@@ -198,17 +253,17 @@ def test_first_batch_without_results_uses_the_update_cost_only() -> None:
 
 
 def test_state_round_trips_through_the_control_file(tmp_path: Path) -> None:
-    # operator scope: in batch scope a restarted controller skips its first batch for ρ (start-up)
+    # operator scope: in batch scope a restarted controller treats its first batch as start-up
     c = controller(smoothing=0.5, max_step=0.25, budget_scope="operator")
     c.update(progress())
     path = tmp_path / "control" / "fractions.json"
     write_control(path, c.state(), batch_id=7)
-    assert read_control(path) == {"link": (pytest.approx(0.95), pytest.approx(0.75))}
+    assert read_control(path) == {"link": (pytest.approx(0.9), 0.0)}
     saved = read_control_state(path)
     again = controller(smoothing=0.5, max_step=0.25, budget_scope="operator", initial=saved)
     assert again.fractions == c.fractions and again.state() == c.state()
     hi = 1795320000000000000
-    nxt = progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.95, x_right=0.75)
+    nxt = progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.9, x_right=0.0)
     assert again.update(nxt) == c.update(nxt)
     assert not list(path.parent.glob(".*")), "no temporary file left behind"
 
