@@ -1,17 +1,26 @@
 """``netmon bench join``: the streaming join under load, unshed and with CF / PNI at a CPU budget.
 
-For each strategy, in one process and one Spark session, on a fresh topic of the same broker:
-replay a capture (default ``samples/mixed-small.pcap``, looped, timestamps rebased to now) at
-``--pps`` packets per second for ``--seconds``, while the pipeline runs the ``joins`` kind with
-one link query (``dst_port=443`` ⋈ ``dst_port=80`` on ``src_ip``, T = ``--window``: many-to-many,
-the case where shedding matters) and the live shedding controller at ``--budget``
-(``pipeline.joins.start_controller``). Every second it samples the joins query's progress: batch
-durations and the Kafka source's lag (``maxOffsetsBehindLatest``, in messages of
-``--records-per-message`` packets); the controller's statistics give the operator's utilisation.
+Each run (an item of ``--strategies``), in one process and one Spark session, on a fresh topic of
+the same broker: replay a capture (default ``samples/mixed-small.pcap``, looped, timestamps
+rebased to now) at ``--pps`` packets per second for ``--seconds``, while the pipeline runs the
+``joins`` kind with one link query per strategy of the run (``dst_port=443`` ⋈ ``dst_port=80`` on
+``src_ip``, T = ``--window``: many-to-many, the case where shedding matters) and the live
+shedding controller at ``--budget`` (``pipeline.joins.start_controller``). Every second it samples
+the joins query's progress: batch durations and the Kafka lag (messages of
+``--records-per-message`` packets not yet read by a finished batch); the controller's statistics
+give each query's operator time and fractions.
+
+A run named ``pni+cf`` holds both strategies as two queries of one pipeline: the same packets,
+the same micro-batches, the same machine conditions and one budget, of which each query has an
+equal fixed share (``cpu_share``; by default the controller would divide it in proportion to
+the queries' measured unshed cost, which differs between two copies of one join by the noise of
+their timings). That is
+the comparison of seed 003's Theorem 3 (PNI's output ≥ CF's at the same budget) measured in one
+run; separate runs one after the other differ by start-up (the first run warms the JVM) and by
+whatever else the machine does meanwhile.
 
 A rate the unshed join cannot sustain shows its batch durations and lag growing through the run;
-with PNI the operator's time per batch stays near the budget and the lag stays bounded, and PNI
-produces more results than CF at the same budget (seed 003, Theorem 3).
+with PNI the batch stays near the budget and the lag stays bounded.
 """
 
 from __future__ import annotations
@@ -34,11 +43,33 @@ __all__ = ["bench_join", "command", "format_report"]
 _SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "mixed-small.pcap"
 
 
+def run_strategies(run: str) -> tuple[str, ...]:
+    """The strategies of one ``--strategies`` item: ``"pni"`` or ``"pni+cf"`` (one pipeline).
+
+    >>> run_strategies("pni+cf")
+    ('pni', 'cf')
+    """
+    from analytics.join_cost import STRATEGIES
+
+    parts = tuple(p.strip() for p in run.split("+") if p.strip())
+    for p in parts:
+        if p not in STRATEGIES:
+            raise ValueError(f"--strategies {run!r}: expected one of {', '.join(STRATEGIES)}, got {p!r}")
+    if not parts or len(set(parts)) != len(parts):
+        raise ValueError(f"--strategies {run!r}: expected distinct strategies joined by '+'")
+    return parts
+
+
+def query_name(strategy: str) -> str:
+    """The benchmark's join query of one strategy."""
+    return f"web_{strategy}"
+
+
 def _config(
     base: Any,
     data_dir: Path,
     topic: str,
-    strategy: str,
+    strategies: tuple[str, ...],
     *,
     budget: float,
     trigger_s: float,
@@ -48,26 +79,34 @@ def _config(
     max_step: float,
     budget_scope: str = "batch",
 ) -> Any:
-    """``base`` with one link join query as ``[[queries.join]]`` and the benchmark's ``[shedding]``."""
+    """``base`` with one link join query per strategy as ``[[queries.join]]`` and the benchmark's
+    ``[shedding]``."""
     from netmon.config import JoinQuery, SheddingConfig
 
-    query = JoinQuery(
-        name="web",
-        query="link",
-        left="dst_port=443",
-        right="dst_port=80",
-        key="src_ip",
-        window_s=window_s,
-        strategy=strategy,
+    queries = tuple(
+        JoinQuery(
+            name=query_name(strategy),
+            query="link",
+            left="dst_port=443",
+            right="dst_port=80",
+            key="src_ip",
+            window_s=window_s,
+            strategy=strategy,
+            # A paired run compares the strategies at the same budget: equal, fixed shares.
+            cpu_share=1 / len(strategies) if len(strategies) > 1 else None,
+        )
+        for strategy in strategies
     )
     cfg = base.replace(
         paths={"data_dir": data_dir},
         kafka={"packets_topic": topic, "bootstrap_servers": bootstrap},
         pipeline={"trigger_s": trigger_s, "publish_results": False},
-        queries={"join": (query,)},
+        queries={"join": queries},
     )
     # The whole section: the defaults but for the benchmark's controller settings.
-    shedding = SheddingConfig(cpu_budget=budget, smoothing=smoothing, max_step=max_step)
+    shedding = SheddingConfig(
+        cpu_budget=budget, budget_scope=budget_scope, smoothing=smoothing, max_step=max_step
+    )
     return dataclasses.replace(cfg, shedding=shedding)
 
 
@@ -141,15 +180,14 @@ def _run_strategy(
     finally:
         consumer.close()
         pipeline.stop()
-    table = read_results(results_dir(cfg, "joins"))
-    say(f"  {len(samples)} batches, {0 if table is None else table.num_rows:,} results")
+    table = read_results(results_dir(cfg, "joins"), columns=["query"])
+    results = {q.name: 0 for q in cfg.queries.join}
+    if table is not None:
+        for row in table.group_by("query").aggregate([("query", "count")]).to_pylist():
+            results[row["query"]] = int(row["query_count"])
+    say(f"  {len(samples)} batches, results " + ", ".join(f"{q} {n:,}" for q, n in results.items()))
     produced = summary["replay"].produced if "replay" in summary else None
-    return {
-        "samples": samples,
-        "lag": lag,
-        "results": 0 if table is None else table.num_rows,
-        "produced": produced,
-    }
+    return {"samples": samples, "lag": lag, "results": results, "produced": produced}
 
 
 def _stats(cfg: Any) -> list[dict[str, Any]]:
@@ -167,8 +205,10 @@ def _median(values: list[float]) -> float | None:
 
 
 def _summary(
-    strategy: str, run: dict[str, Any], stats: list[dict[str, Any]], budget: float
+    strategy: str, run_name: str, run: dict[str, Any], all_stats: list[dict[str, Any]], budget: float
 ) -> dict[str, Any]:
+    """One strategy's figures; a paired run's batch durations and lag are its pipeline's."""
+    stats = [r for r in all_stats if r.get("query") == query_name(strategy)]
     ms = [s["ms"] for s in run["samples"]]
     third = max(1, len(ms) // 3)
     lag = [m for _, m in run["lag"]]
@@ -177,8 +217,11 @@ def _summary(
     util_third = max(1, len(util) // 3)
     whole = [float(r["batch_utilisation"]) for r in stats if r.get("batch_utilisation") is not None]
     whole_third = max(1, len(whole) // 3)
+    # Steady state: the batches of the run's second half (the first carry start-up and catch-up).
+    half = stats[len(stats) // 2 :]
     return {
         "strategy": strategy,
+        "run": run_name,
         "budget": budget,
         "batches": len(ms),
         "batch_ms_first_third": _median(ms[:third]),
@@ -189,7 +232,11 @@ def _summary(
         "lag_messages_end": lag[-1] if lag else None,
         "packets_processed": sum(s["packets"] or 0 for s in run["samples"]),
         "packets_replayed": run["produced"],
-        "results": run["results"],
+        "results": run["results"][query_name(strategy)],
+        "results_second_half": sum(int(r["results"] or 0) for r in half),
+        "packets_second_half": sum(int(r["n_left"] or 0) + int(r["n_right"] or 0) for r in half),
+        "operator_s": round(sum(float(r["busy_s"] or 0) for r in stats), 3),
+        "operator_s_second_half": round(sum(float(r["busy_s"] or 0) for r in half), 3),
         "utilisation_median": _median(util),
         "utilisation_last_third": _median(util[-util_third:]),
         "batch_utilisation_median": _median(whole),
@@ -205,6 +252,7 @@ def _summary(
                 for k in (
                     "batch_id",
                     "utilisation",
+                    "busy_s",
                     "batch_utilisation",
                     "batch_factor",
                     "x_left",
@@ -222,7 +270,7 @@ def bench_join(
     *,
     capture: Path = _SAMPLE,
     bootstrap: str | None = None,
-    strategies: tuple[str, ...] = ("none", "pni", "cf"),
+    strategies: tuple[str, ...] = ("none", "pni", "pni+cf"),
     pps: float = 3000.0,
     seconds: float = 60.0,
     budget: float = 0.8,
@@ -234,7 +282,8 @@ def bench_join(
     budget_scope: str = "batch",
     say: Any = print,
 ) -> dict[str, Any]:
-    """Run the pipeline's join under load once per strategy; their summaries."""
+    """Run the pipeline's join under load once per item of ``strategies`` (``"pni+cf"``: both in
+    one pipeline); one summary per strategy and run."""
     from ingest.bench_replay import temporary_broker
     from netmon.config import load_config
     from pipeline.session import build_session
@@ -252,6 +301,7 @@ def bench_join(
         "records_per_message": records_per_message,
         "runs": [],
     }
+    runs = [(item, run_strategies(item)) for item in strategies]
     with tempfile.TemporaryDirectory(prefix="netmon-bench-join-") as tmp, contextlib.ExitStack() as stack:
         if bootstrap is None:
             say("starting a temporary Kafka broker ...")
@@ -260,13 +310,14 @@ def bench_join(
         base = base.replace(paths={"state_dir": Path(tmp) / "state", "data_dir": Path(tmp) / "data"})
         say("starting Spark ...")
         spark = build_session(base, "netmon-bench-join", master="local[2]", ui=False)
-        for strategy in strategies:
-            say(f"{strategy}: replaying {pps:,.0f} packets/s for {seconds:g} s ...")
+        for item, members in runs:
+            say(f"{item}: replaying {pps:,.0f} packets/s for {seconds:g} s ...")
+            slug = "-".join(members)
             cfg = _config(
                 base,
-                Path(tmp) / strategy,
-                f"netmon.bench.join.{strategy}",
-                strategy,
+                Path(tmp) / slug,
+                f"netmon.bench.join.{slug}",
+                members,
                 budget=budget,
                 trigger_s=trigger_s,
                 window_s=window_s,
@@ -278,7 +329,8 @@ def bench_join(
             run = _run_strategy(
                 spark, cfg, capture, pps=pps, seconds=seconds, rpm=records_per_message, say=say
             )
-            out["runs"].append(_summary(strategy, run, _stats(cfg), budget))
+            stats = _stats(cfg)
+            out["runs"].extend(_summary(strategy, item, run, stats, budget) for strategy in members)
         spark.stop()
     return out
 
@@ -292,19 +344,22 @@ def format_report(result: dict[str, Any]) -> list[str]:
         f"capture {result['capture']} at {result['pps']:,.0f} packets/s for {result['seconds']:g} s per "
         f"strategy; trigger {result['trigger_s']:g} s, budget {result['budget']:.0%} of it "
         f"({result.get('budget_scope', 'batch')}), T = {result['window_s']:g} s",
-        f"{'strategy':<9} {'batches':>7} {'batch ms 1st/last third':>24} {'lag msgs 1st/last third':>24} "
-        f"{'packets':>9} {'results':>10} {'op util med/last':>17} {'batch util med/last':>20} "
-        f"{'x at end':>12}",
+        f"{'strategy':<13} {'batches':>7} {'batch ms 1st/last third':>24} {'lag msgs 1st/last third':>24} "
+        f"{'packets':>9} {'results':>10} {'2nd half':>10} {'op s':>7} {'op util med/last':>17} "
+        f"{'batch util med/last':>20} {'x at end':>12}",
     ]
     for r in result["runs"]:
+        run = r.get("run", r["strategy"])
+        name = r["strategy"] if run == r["strategy"] else f"{r['strategy']} ({run})"
         x = "-" if r["x_last"] is None else f"{r['x_last'][0]:.3f}/{r['x_last'][1]:.3f}"
         batch = f"{r['batch_ms_first_third']}/{r['batch_ms_last_third']}"
         lag = f"{r['lag_messages_first_third']}/{r['lag_messages_last_third']}"
         util = f"{_fmt(r['utilisation_median'])}/{_fmt(r['utilisation_last_third'])}"
         whole = f"{_fmt(r.get('batch_utilisation_median'))}/{_fmt(r.get('batch_utilisation_last_third'))}"
         lines.append(
-            f"{r['strategy']:<9} {r['batches']:>7} {batch:>24} {lag:>24} {r['packets_processed']:>9,} "
-            f"{r['results']:>10,} {util:>17} {whole:>20} {x:>12}"
+            f"{name:<13} {r['batches']:>7} {batch:>24} {lag:>24} {r['packets_processed']:>9,} "
+            f"{r['results']:>10,} {r.get('results_second_half', 0):>10,} {r.get('operator_s', 0):>7.1f} "
+            f"{util:>17} {whole:>20} {x:>12}"
         )
     return lines
 
@@ -312,9 +367,14 @@ def format_report(result: dict[str, Any]) -> list[str]:
 @click.command("join")
 @click.option("--file", "file_", type=click.Path(exists=True, dir_okay=False), help="Capture to replay.")
 @click.option("--bootstrap", help="Kafka to use (default: a temporary local broker).")
-@click.option("--strategies", default="none,pni,cf", show_default=True, help="Comma-separated strategies.")
+@click.option(
+    "--strategies",
+    default="none,pni,pni+cf",
+    show_default=True,
+    help="Comma-separated runs; 'pni+cf' runs both strategies as two queries of one pipeline.",
+)
 @click.option("--pps", type=float, default=3000.0, show_default=True, help="Replay rate, packets per second.")
-@click.option("--seconds", type=float, default=60.0, show_default=True, help="Run length per strategy.")
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="Length of each run.")
 @click.option(
     "--budget", type=float, default=0.8, show_default=True, help="CPU budget (share of the trigger)."
 )
