@@ -31,8 +31,9 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
 3. re-solves the optimizer (:meth:`analytics.join_cost.JoinCostModel.optimum`, eqs. 10-15) for
    the query's strategy and moves the fractions toward the optimum, smoothed against
    oscillation: ``x ← x + clip(smoothing · (x* − x), −max_step, max_step)``. After a batch that
-   overran the budget, a fraction above its optimum drops to it at once: a slow descent lets
-   the lag, hence the next batch, grow while it lasts (shed fast, recover slowly).
+   overran the budget (by more than a quarter), a fraction above its optimum drops to it at
+   once: a slow descent lets the lag, hence the next batch, grow while it lasts (shed fast,
+   recover slowly).
 
 It returns one :class:`SheddingRecord` per query and batch (the ``results/shedding/`` rows) and
 keeps the fractions for the next batch in :attr:`fractions`. It does no I/O: the listener in
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 _NS = 1_000_000_000
+#: a batch more than this factor over its budget has overrun it (fast shedding, provisional ρ)
+_OVERRUN = 1.25
 _CONTROL_VERSION = 1
 
 
@@ -316,7 +319,10 @@ class SheddingController:
         # The budget per batch, shared in proportion to the queries' unshed cost per batch.
         allowed = self.cpu_budget * self.trigger_s
         busy = sum(v["busy_s"] for v in measured.values())
-        overran = (batch_ms / 1000 if self.budget_scope == "batch" else busy) > allowed
+        # An overrun: more than a quarter over the budget (at the default 0.8 of the trigger, a
+        # batch longer than the trigger interval, so the lag grew). Within that, measurement noise
+        # around the operating point would flip the fractions between the LP's vertices.
+        overran = (batch_ms / 1000 if self.budget_scope == "batch" else busy) > _OVERRUN * allowed
         if self.budget_scope == "batch":
             if batch_ms > 0 and busy > 0:
                 rho = batch_ms / 1000 / busy

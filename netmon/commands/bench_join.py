@@ -237,6 +237,11 @@ def _summary(
         "packets_second_half": sum(int(r["n_left"] or 0) + int(r["n_right"] or 0) for r in half),
         "operator_s": round(sum(float(r["busy_s"] or 0) for r in stats), 3),
         "operator_s_second_half": round(sum(float(r["busy_s"] or 0) for r in half), 3),
+        # The strategies' efficiency where their operator times differ (a paired run's queries
+        # have equal budget shares in the controller's model, not necessarily in fact).
+        "results_per_operator_s": round(run["results"][query_name(strategy)] / busy_total)
+        if (busy_total := sum(float(r["busy_s"] or 0) for r in stats)) > 0
+        else None,
         "utilisation_median": _median(util),
         "utilisation_last_third": _median(util[-util_third:]),
         "batch_utilisation_median": _median(whole),

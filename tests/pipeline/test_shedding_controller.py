@@ -103,10 +103,16 @@ def test_increases_are_smoothed_and_bounded_an_overrun_drops_at_once() -> None:
     [r] = c.update(progress(8, min_ts_ns=hi, max_ts_ns=hi + 10**9, x_left=0.45, x_right=0.45))
     assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.7), pytest.approx(0.7))
     assert r.span_s == 1.0  # the advance of the clock since the previous batch
-    # Budget 0.45: the operator's 0.9 s overran it, so the fractions drop to the optimum at once.
+    # Budget 0.45: the operator's 0.9 s overran it (> 1.25 × 0.45), so the fractions drop to the
+    # optimum at once.
     c = controller(smoothing=0.5, max_step=0.25)
     [r] = c.update(progress())
     assert (r.next_x_left, r.next_x_right) == (pytest.approx(0.9), 0.0)
+    # Budget 0.8: 0.9 s is within a quarter over it, so the decrease toward the optimum (1, 0.75:
+    # the left side costs 0.5, the right 0.4) is smoothed: 1 + 0.5·(0.75 − 1).
+    [r] = controller(budget=0.8, smoothing=0.5, max_step=0.25).update(progress())
+    assert (r.optimum_x_left, r.optimum_x_right) == (pytest.approx(1.0), pytest.approx(0.75))
+    assert (r.next_x_left, r.next_x_right) == (pytest.approx(1.0), pytest.approx(0.875))
 
 
 def test_costs_are_smoothed_with_ewma() -> None:
