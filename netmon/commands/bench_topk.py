@@ -562,13 +562,13 @@ def format_report(result: dict[str, Any]) -> list[str]:
 
 
 @click.command("topk")
-@click.option("--packets", type=int, default=1_000_000, show_default=True, help="Generated capture's size.")
+@click.option("--packets", type=int, default=4_000_000, show_default=True, help="Generated capture's size.")
 @click.option("--duration", "duration_s", type=float, default=600.0, show_default=True, help="Its span, s.")
 @click.option("--sub-window", "sub_window_s", type=float, default=5.0, show_default=True, help="b, seconds.")
 @click.option("--ratio", type=int, default=60, show_default=True, help="N/b: sub-windows per window.")
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Top-k list length per sub-window.")
 @click.option("--key", default="src_ip", show_default=True, help="Record field(s) of the key.")
-@click.option("--files", type=int, default=5, show_default=True, help="Input files = micro-batches.")
+@click.option("--files", type=int, default=4, show_default=True, help="Input files = micro-batches.")
 @click.option("--file", "file_", type=click.Path(exists=True, dir_okay=False), help="Use this capture.")
 @click.option("--shuffle-partitions", type=int, help="Override [spark] shuffle_partitions.")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark SQL option (repeatable).")
