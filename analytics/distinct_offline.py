@@ -24,10 +24,8 @@ ones the Spark job follows:
 from __future__ import annotations
 
 import heapq
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from itertools import repeat
 from typing import Any, Protocol, Self
@@ -39,6 +37,7 @@ import pyarrow.compute as pc
 from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct
 from analytics.distinct_queries import DistinctQuery
 from analytics.keys import key_text
+from analytics.timetext import iso_utc, parse_duration_ns
 
 __all__ = [
     "DistinctReport",
@@ -52,25 +51,7 @@ __all__ = [
     "seconds_to_ns",
 ]
 
-_UNITS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|h)?\s*$")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER = -(2**62)
-
-
-def parse_duration_ns(text: str, *, name: str = "duration") -> int:
-    """``"10s"``, ``"500ms"``, ``"1.5m"``, ``"250us"``, ``"2h"`` (bare numbers: seconds) -> ns.
-
-    >>> parse_duration_ns("1.5s"), parse_duration_ns("250ms"), parse_duration_ns("2")
-    (1500000000, 250000000, 2000000000)
-    """
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"{name}: cannot parse duration {text!r} (e.g. 10s, 500ms, 1m)")
-    ns = Decimal(m.group(1)) * _UNITS[m.group(2) or "s"]
-    if ns != ns.to_integral_value() or ns <= 0:
-        raise ValueError(f"{name}: {text!r} is not a positive whole number of nanoseconds")
-    return int(ns)
 
 
 def seconds_to_ns(seconds: float, *, name: str = "seconds") -> int:
@@ -86,25 +67,6 @@ def seconds_to_ns(seconds: float, *, name: str = "seconds") -> int:
     if ns != ns.to_integral_value() or ns <= 0:
         raise ValueError(f"{name}: {seconds!r} s is not a positive whole number of nanoseconds")
     return int(ns)
-
-
-def iso_utc(ns: int) -> str:
-    """Nanoseconds since the epoch as ISO-8601 UTC with ``Z``.
-
-    The fraction is printed only when it is non-zero, with 3, 6 or 9 digits (whole milliseconds,
-    microseconds, or else): the same text as ``analytics.topk.format_end``.
-
-    >>> iso_utc(1_700_000_010_000_000_000), iso_utc(1_250_000_000)
-    ('2023-11-14T22:13:30Z', '1970-01-01T00:00:01.250Z')
-    >>> iso_utc(1_500_000), iso_utc(1)
-    ('1970-01-01T00:00:00.001500Z', '1970-01-01T00:00:00.000000001Z')
-    """
-    sec, frac = divmod(ns, 10**9)
-    text = (_EPOCH + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        digits = f"{frac:09d}"
-        text += "." + (digits[:3] if frac % 10**6 == 0 else digits[:6] if frac % 1000 == 0 else digits)
-    return text + "Z"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import heapq
 import struct
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Self
 
 import numpy as np
@@ -34,13 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics._base import Base
+from analytics.timetext import iso_utc as format_end
 
 __all__ = ["ExactSlidingTopK", "SubWindowTopK", "format_end", "top_k"]
 
 Report = dict[str, Any]
 Items = tuple[tuple[str, int], ...]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NS_PER_S = 1_000_000_000
 
 
@@ -61,25 +61,6 @@ def top_k(counts: Mapping[str, int], k: int) -> tuple[Items, int]:
 
 def _rank(item: tuple[str, int]) -> tuple[int, str]:
     return -item[1], item[0]
-
-
-def format_end(end_ns: int) -> str:
-    """A window end (integer nanoseconds since the epoch) as ISO-8601 UTC text.
-
-    Seconds always, then a fraction of 3, 6 or 9 digits only when needed, then ``Z``.
-
-    >>> format_end(1_700_000_010_500_000_000)
-    '2023-11-14T22:13:30.500Z'
-    >>> format_end(0)
-    '1970-01-01T00:00:00Z'
-    """
-    sec, frac = divmod(int(end_ns), _NS_PER_S)
-    text = (_EPOCH + timedelta(seconds=sec)).strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        digits = f"{frac:09d}"
-        digits = digits[:3] if digits.endswith("000000") else digits[:6] if digits.endswith("000") else digits
-        text += "." + digits
-    return text + "Z"
 
 
 def _to_units(name: str, value: Any, time_based: bool) -> int:

@@ -20,10 +20,8 @@ open at the end of the input is not closed. Time-based, a record of an already-c
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -33,41 +31,21 @@ import pyarrow.compute as pc
 
 from analytics._base import Base
 from analytics.keys import as_numpy, key_codes, parse_key, weight_values
+from analytics.timetext import parse_duration_ns
 from analytics.topk import ExactSlidingTopK, SubWindowTopK
 
 __all__ = ["OfflineTopK", "parse_duration", "read_topk"]
 
-_UNITS_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "ms": 1_000_000,
-    "s": 10**9,
-    "m": 60 * 10**9,
-    "h": 3600 * 10**9,
-}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h)\s*$")
-
 
 def parse_duration(text: str | int | timedelta, name: str = "duration") -> int:
-    """``"10s"``, ``"500ms"``, ``"1m"``, ``"1.5s"``, a ``timedelta`` or integer ns -> integer nanoseconds.
+    """A time-based window's length: ``"10s"``, ``"500ms"``, a ``timedelta`` or integer ns -> ns.
+
+    ``analytics.timetext.parse_duration_ns`` without bare numbers: here ``10`` is a packet count.
 
     >>> parse_duration("500ms"), parse_duration("1m"), parse_duration("1.5s")
     (500000000, 60000000000, 1500000000)
     """
-    if isinstance(text, timedelta):
-        return (text.days * 86_400 + text.seconds) * 10**9 + text.microseconds * 1000
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(
-            f"{name}: expected a duration such as 10s, 500ms, 1m (units ns us ms s m h), got {text!r}"
-        )
-    value = Decimal(match.group(1)) * _UNITS_NS[match.group(2)]
-    if value != value.to_integral_value():
-        raise ValueError(f"{name}: {text!r} is not a whole number of nanoseconds")
-    return int(value)
+    return parse_duration_ns(text, name=name, bare_unit=None)
 
 
 class OfflineTopK(Base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,7 @@ def test_parse_duration() -> None:
     assert parse_duration("250us") == parse_duration("250µs") == 250_000
     assert parse_duration("1.25s") == 1_250_000_000
     assert parse_duration(7) == 7
+    assert parse_duration(timedelta(seconds=1, microseconds=500)) == 1_000_500_000
     for bad in ("10", "s", "1.5ns", "-1s", "10 parsecs"):
         with pytest.raises(ValueError, match=r"^window: "):
             parse_duration(bad, "window")
