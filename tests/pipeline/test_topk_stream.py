@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from analytics.topk import format_end
+from analytics.topk_merge import QueryParams
 from ingest import read_records
 from ingest.replay import ReplayOptions, replay
 from netmon.cli import cli
@@ -26,7 +27,6 @@ from netmon.config import Config, TopKQuery
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir
 from pipeline.job import Pipeline, start_pipeline
-from pipeline.topk_state import QueryParams, TopKMerge
 from tests.conftest import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "samples" / "heavy-hitter-burst.pcap"
@@ -128,18 +128,6 @@ def replayed_topk(spark: object, netmon_config: Config, tmp_path_factory: pytest
         _run_to_end(start_pipeline(spark, cfg, available_now=True, kinds=("topk",)))  # type: ignore[arg-type]
         _RUNS["replayed"] = cfg
     return _RUNS["replayed"]
-
-
-def test_merge_state_round_trips_and_guards_its_parameters() -> None:
-    merge = TopKMerge(QueryParams(N=4_000, b=1_000, k=2))
-    rows = [merge.add(i, {"a": i, "b": 1}, i + 5) for i in (3, 4, 6, 7)]  # 5 is empty
-    again = TopKMerge.from_bytes(merge.to_bytes(), merge.params)
-    assert again.to_bytes() == merge.to_bytes()
-    assert again.add(9, {"c": 9}, 9) == merge.add(9, {"c": 9}, 9)
-    # Window {4, 5, 6, 7}: delta = 1 + 0 + 1 + 1; "a" = 4 + 6 + 7; total = 9 + 0 + 11 + 12.
-    assert rows[-1] == [(8_000, 3, 1, "a", 17, 32)]
-    with pytest.raises(ValueError, match="delete the top-k checkpoint"):
-        TopKMerge.from_bytes(merge.to_bytes(), QueryParams(N=4_000, b=1_000, k=3))
 
 
 def test_processor_ranks_each_subwindow_and_resumes_from_its_state() -> None:

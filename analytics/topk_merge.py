@@ -1,0 +1,105 @@
+"""The streaming top-k's merge state: ``SubWindowTopK`` plus the window's traffic totals.
+
+Stage 2 of the Spark job (``pipeline.topk_state.TopKMergeProcessor``) keeps one of these per
+query in a ``ValueState``; it is plain Python, so it is tested and doctested without Spark.
+The algorithm is :class:`analytics.topk.SubWindowTopK` (Golab's Algorithm 6, thesis §6); the
+totals per sub-window are what the dashboard's shares of the window's traffic need.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from analytics.topk import SubWindowTopK
+
+__all__ = ["QueryParams", "TopKMerge"]
+
+
+class QueryParams(NamedTuple):
+    """A query's window in integer nanoseconds (``N``, ``b``) and its top-k length."""
+
+    N: int
+    b: int
+    k: int
+
+
+class TopKMerge:
+    """A query's merge state: ``SubWindowTopK`` (time-based) and the window's traffic totals.
+
+    ``add(index, top, total)`` takes one closed sub-window (its top-k rows or all its counts, and
+    the sum of all its counts) and returns the output rows of the reports it makes — including
+    those of empty sub-windows skipped before ``index``.
+
+    >>> merge = TopKMerge(QueryParams(N=2_000, b=1_000, k=2))
+    >>> merge.add(5, {"a": 3, "b": 1}, 4)
+    []
+    >>> merge.add(7, {"a": 2, "c": 2}, 5)  # sub-window 6 was empty: two reports
+    [(7000, 1, 1, 'a', 3, 4), (8000, 2, 0, None, None, 5)]
+    """
+
+    _VERSION = 1
+
+    def __init__(self, params: QueryParams, algorithm: SubWindowTopK | None = None) -> None:
+        self.params = params
+        self._topk = algorithm or SubWindowTopK(params.N, params.b, params.k, time_based=True)
+        self._totals: deque[tuple[int, int]] = deque()  # (sub-window index, total), this window only
+        self._n_sub = params.N // params.b
+
+    @property
+    def algorithm(self) -> SubWindowTopK:
+        return self._topk
+
+    def add(self, index: int, top: Mapping[str, int], total: int) -> list[tuple[Any, ...]]:
+        """Merge sub-window ``index``; rows ``(window_end_ns, delta, rank, key, count, total)``."""
+        reports = self._topk.add_subwindow(top, index)
+        self._totals.append((index, int(total)))
+        rows: list[tuple[Any, ...]] = []
+        # Reports come for consecutive closing sub-windows, the last one being ``index``.
+        for closing, report in zip(range(index - len(reports) + 1, index + 1), reports, strict=True):
+            end_ns = (closing + 1) * self.params.b
+            window_total = sum(t for i, t in self._totals if closing - self._n_sub < i <= closing)
+            delta = int(report["delta"])
+            if not report["items"]:
+                rows.append((end_ns, delta, 0, None, None, window_total))
+            for rank, item in enumerate(report["items"], 1):
+                rows.append((end_ns, delta, rank, item["key"], int(item["count"]), window_total))
+        while self._totals[0][0] <= index - self._n_sub:  # keep this window's totals only
+            self._totals.popleft()
+        return rows
+
+    def to_bytes(self) -> bytes:
+        """The state's bytes (little-endian).
+
+        ``B`` version, ``I`` length and ``SubWindowTopK.to_bytes()``, ``I`` number of totals and
+        per total ``q`` sub-window index, ``q`` total.
+        """
+        topk = self._topk.to_bytes()
+        totals = b"".join(struct.pack("<qq", i, t) for i, t in self._totals)
+        return (
+            struct.pack("<BI", self._VERSION, len(topk))
+            + topk
+            + struct.pack("<I", len(self._totals))
+            + totals
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, params: QueryParams) -> TopKMerge:
+        """Rebuild; ``params`` must be those the state was made with (else a fresh checkpoint is needed)."""
+        version, size = struct.unpack_from("<BI", data, 0)
+        if version != cls._VERSION:
+            raise ValueError(f"data: unsupported TopKMerge state version {version}")
+        topk = SubWindowTopK.from_bytes(data[5 : 5 + size])
+        saved = QueryParams(topk.N, topk.b, topk.k)
+        if saved != params:
+            raise ValueError(
+                f"the checkpoint's top-k state has window {saved} but the query asks for {params}: "
+                "delete the top-k checkpoint (and results) to change a query's window, sub-window or k"
+            )
+        merge = cls(params, topk)
+        (n,) = struct.unpack_from("<I", data, 5 + size)
+        for j in range(n):
+            merge._totals.append(struct.unpack_from("<qq", data, 9 + size + 16 * j))
+        return merge
