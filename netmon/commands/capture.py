@@ -6,12 +6,12 @@ root/CAP_NET_RAW, unknown interface, bad BPF or filter); 130 interrupted (after 
 
 from __future__ import annotations
 
-import json
-import sys
+from typing import NoReturn
 
 import click
 
 from netmon.cli import pass_config
+from netmon.commands.produced import fail, finish
 from netmon.config import Config
 
 
@@ -85,18 +85,8 @@ def command(
         _fail(str(exc), 2)
     except BrokerUnavailable as exc:
         _fail(str(exc), 1)
-    if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
-    elif not quiet:
-        click.echo("\n".join(summary.lines()))
-    if summary.failed or summary.acknowledged < summary.produced:
-        _fail(
-            f"{summary.produced - summary.acknowledged:,} of {summary.produced:,} records not acknowledged", 1
-        )
-    if summary.interrupted:
-        sys.exit(130)
+    finish("capture", summary, as_json=as_json, quiet=quiet)
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"netmon capture: error: {message}", err=True)
-    sys.exit(code)
+def _fail(message: str, code: int) -> NoReturn:
+    fail("capture", message, code)

@@ -6,12 +6,12 @@ capture, damaged file, bad filter or option); 130 interrupted (after flushing an
 
 from __future__ import annotations
 
-import json
-import sys
+from typing import NoReturn
 
 import click
 
 from netmon.cli import pass_config
+from netmon.commands.produced import fail, finish
 from netmon.config import Config
 
 
@@ -98,20 +98,8 @@ def command(
         _fail(str(exc), 2)
     except BrokerUnavailable as exc:
         _fail(str(exc), 1)
-    if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
-    elif not quiet:
-        click.echo("\n".join(summary.lines()))
-    if summary.error:
-        _fail(summary.error, 2)
-    if summary.failed or summary.acknowledged < summary.produced:
-        _fail(
-            f"{summary.produced - summary.acknowledged:,} of {summary.produced:,} records not acknowledged", 1
-        )
-    if summary.interrupted:
-        sys.exit(130)
+    finish("replay", summary, as_json=as_json, quiet=quiet)
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"netmon replay: error: {message}", err=True)
-    sys.exit(code)
+def _fail(message: str, code: int) -> NoReturn:
+    fail("replay", message, code)
