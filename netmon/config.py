@@ -100,7 +100,8 @@ class SparkConfig:
     master: str = "local[*]"
     #: small on purpose: with Spark's default 200 a 2-core machine spends its batches on scheduling
     shuffle_partitions: int = 2
-    #: Kafka offsets read per micro-batch at most (0: no limit)
+    #: Kafka offsets read per micro-batch at most (0: no limit). With several partitions a cap can
+    #: let one partition run ahead in event time; the other's records may then be late (README).
     max_offsets_per_trigger: int = 0
     driver_memory: str = "1g"
     log_level: str = "WARN"

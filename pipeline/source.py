@@ -7,6 +7,8 @@ are dropped right after it; malformed lines and messages are counted (``observe`
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -16,6 +18,8 @@ from netmon.config import Config
 __all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "read_packets"]
 
 FIELD_COUNT = len(SPARK_DDL.split(","))
+
+log = logging.getLogger(__name__)
 
 
 def _header(name: str) -> Column:
@@ -35,6 +39,18 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
     )
     if cfg.spark.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.spark.max_offsets_per_trigger)
+        if cfg.kafka.partitions > 1:
+            # The watermark follows the newest event time over all partitions; a capped batch can
+            # read one partition further into event time than another, whose records then arrive late.
+            log.warning(
+                "[spark] max_offsets_per_trigger with several Kafka partitions: records of a partition "
+                "that lags in event time by more than [pipeline] watermark_s are dropped as late",
+                extra={
+                    "max_offsets_per_trigger": cfg.spark.max_offsets_per_trigger,
+                    "partitions": cfg.kafka.partitions,
+                    "watermark_s": cfg.pipeline.watermark_s,
+                },
+            )
     return reader.load()
 
 
