@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -29,6 +31,8 @@ def build_session(
     # Spark binds its driver (and UI) to this address: loopback unless the user says otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = ensure_jars(cfg.paths.cache_dir, "spark-kafka").jars
+    # Read when the driver JVM starts: quiets Spark's per-run warnings about what netmon chose.
+    log4j = Path(str(resources.files("netmon") / "jvm" / "spark-log4j2.properties"))
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master or cfg.spark.master)
@@ -39,6 +43,7 @@ def build_session(
         # operator and batch here (docs/performance.md, "Top-k in Spark").
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.memory", cfg.spark.driver_memory)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", str(ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
