@@ -26,8 +26,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from analytics.keys import KEY_SEPARATOR, parse_key
+from analytics.topk_merge import QueryParams
 from netmon.config import Config, TopKQuery
-from pipeline.topk_state import OUTPUT_SCHEMA, QueryParams, TopKMergeProcessor
+from pipeline.topk_state import OUTPUT_SCHEMA, TopKMergeProcessor
 
 __all__ = [
     "build_sliding_counts",

@@ -23,8 +23,6 @@ __all__ = [
     "INPUT_COLUMNS",
     "OUTPUT_COLUMNS",
     "OUTPUT_SCHEMA",
-    "QueryParams",
-    "TopKMerge",
     "TopKMergeProcessor",
 ]
 
