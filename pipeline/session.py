@@ -32,6 +32,7 @@ def build_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = ensure_jars(cfg.paths.cache_dir, "spark-kafka").jars
     # Read when the driver JVM starts: quiets Spark's per-run warnings about what netmon chose.
+    # A default, not extraJavaOptions: a user's own driver options still apply after it.
     log4j = Path(str(resources.files("netmon") / "jvm" / "spark-log4j2.properties"))
     builder = (
         SparkSession.builder.appName(app_name)
@@ -43,7 +44,7 @@ def build_session(
         # operator and batch here (docs/performance.md, "Top-k in Spark").
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.memory", cfg.spark.driver_memory)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}")
+        .config("spark.driver.defaultJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", str(ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
