@@ -4,6 +4,10 @@ Spark's file sink records every committed file in ``<dir>/_spark_metadata/`` (on
 batch, compacted every few batches). A file that is not in that log belongs to a batch that did not
 commit (e.g. the job was killed mid-batch) and will be rewritten on restart: reading the directory
 blindly would count it twice. :func:`read_results` reads exactly the committed files.
+
+A kind whose last stage runs in ``foreachBatch`` (distinct counts) writes ``batch-<id>/`` directories
+and names their files in ``<dir>/_commits/<id>.json`` once they are whole (``pipeline.batch_sink``);
+the same functions read that log instead.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ import pyarrow.parquet as pq
 
 from netmon.config import Config
 
-__all__ = ["checkpoint_dir", "committed_files", "read_results", "results_dir", "status_file"]
+__all__ = [
+    "COMMITS",
+    "checkpoint_dir",
+    "committed_files",
+    "is_sink",
+    "read_results",
+    "results_dir",
+    "status_file",
+]
+
+#: ``pipeline.batch_sink``'s commit log, beside the files of a kind written per micro-batch
+COMMITS = "_commits"
 
 
 def results_dir(cfg: Config, kind: str) -> Path:
@@ -38,8 +53,27 @@ def _log_entries(log_file: Path) -> list[dict]:
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
+def is_sink(directory: Path) -> bool:
+    """Whether ``directory`` is one query's output: it has Spark's sink log or netmon's commit log."""
+    return (Path(directory) / "_spark_metadata").is_dir() or (Path(directory) / COMMITS).is_dir()
+
+
+def _batch_commits(log: Path) -> list[Path]:
+    """The files named by ``pipeline.batch_sink``'s commit log (one JSON file per batch)."""
+    files: list[Path] = []
+    for entry in sorted(log.glob("*.json")):
+        try:
+            names = json.loads(entry.read_text())["files"]
+        except (OSError, ValueError, KeyError):
+            continue  # a commit being replaced: its batch is read once it is whole
+        files.extend(log.parent / name for name in names)
+    return sorted(f for f in files if f.exists())
+
+
 def committed_files(directory: Path) -> list[Path]:
-    """The Parquet files of ``directory`` that Spark's sink log says are committed."""
+    """The Parquet files of ``directory`` that its sink log says are committed."""
+    if (Path(directory) / COMMITS).is_dir():
+        return _batch_commits(Path(directory) / COMMITS)
     meta = Path(directory) / "_spark_metadata"
     if not meta.is_dir():
         return []
@@ -67,7 +101,7 @@ def read_results(directory: Path, columns: list[str] | None = None) -> pa.Table 
     """
     directory = Path(directory)
     files = committed_files(directory)
-    if directory.is_dir() and not (directory / "_spark_metadata").is_dir():
+    if directory.is_dir() and not is_sink(directory):
         files = [f for sub in sorted(directory.iterdir()) if sub.is_dir() for f in committed_files(sub)]
     if not files:
         return None

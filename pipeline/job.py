@@ -20,14 +20,16 @@ from pyspark.sql.streaming import StreamingQuery
 
 from netmon.config import Config
 from netmon.results import checkpoint_dir, results_dir, status_file
+from pipeline.batch_sink import BatchOutput
 from pipeline.publish import ResultPublisher
 from pipeline.source import read_packets
 
 __all__ = ["KINDS", "Pipeline", "start_pipeline"]
 
-#: Result kinds and their builders: ``build(packets, cfg) -> {name: DataFrame}``. Each DataFrame
-#: becomes one streaming query writing ``results/<kind>/`` (a single output) or
-#: ``results/<kind>/<name>/`` (several), with its own checkpoint beside it.
+#: Result kinds and their builders: ``build(packets, cfg) -> {name: DataFrame | BatchOutput}``.
+#: Each becomes one streaming query writing ``results/<kind>/`` (a single output) or
+#: ``results/<kind>/<name>/`` (several), with its own checkpoint beside it: a DataFrame through
+#: Spark's file sink, a ``BatchOutput`` through its own ``foreachBatch`` function.
 KINDS: dict[str, str] = {
     "traffic": "pipeline.traffic:build_traffic_outputs",
     "topk": "pipeline.topk:build_topk_outputs",
@@ -50,6 +52,8 @@ class QueryStats:
     last_batch_ms: int = 0
     state_rows: int = 0
     last_batch_id: int = -1
+    #: late rows counted by a batch function (part of late_dropped)
+    late_in_batches: int = 0
 
 
 @dataclass
@@ -60,6 +64,9 @@ class Pipeline:
     stats: dict[str, QueryStats] = field(default_factory=dict)
     #: republishes committed results to Kafka topics ``netmon.<kind>`` (None: Parquet only)
     publisher: ResultPublisher | None = None
+    #: the ``foreachBatch`` functions of ``BatchOutput`` queries; a ``late_rows`` counter of theirs
+    #: is added to ``late_dropped`` (they drop late rows themselves, not a state store)
+    batch_functions: dict[str, Any] = field(default_factory=dict)
 
     def poll(self) -> dict[str, QueryStats]:
         """Fold the queries' new progress reports into the totals; write the status file."""
@@ -81,6 +88,9 @@ class Pipeline:
                 ops = progress.get("stateOperators") or []
                 st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
                 st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
+            late = int(getattr(self.batch_functions.get(name), "late_rows", 0))
+            st.late_dropped += late - st.late_in_batches
+            st.late_in_batches = late
         if self.publisher is not None:
             self.publisher.publish()
         self._write_status()
@@ -130,18 +140,31 @@ class Pipeline:
 
 
 def _start_parquet(
-    df: DataFrame, cfg: Config, kind: str, name: str, *, single: bool, available_now: bool
+    df: DataFrame | BatchOutput,
+    cfg: Config,
+    kind: str,
+    name: str,
+    *,
+    single: bool,
+    available_now: bool,
+    batch_functions: dict[str, Any],
 ) -> StreamingQuery:
     out = results_dir(cfg, kind) if single else results_dir(cfg, kind) / name
     checkpoint = checkpoint_dir(cfg, kind) if single else checkpoint_dir(cfg, kind) / name
     out.mkdir(parents=True, exist_ok=True)
-    writer = (
-        df.writeStream.queryName(name)
-        .format("parquet")
-        .outputMode("append")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-    )
+    if isinstance(df, BatchOutput):
+        # Its last stages run on each micro-batch and commit their own files (pipeline.batch_sink).
+        writer, function = df.attach(df.df.writeStream.queryName(name).outputMode("append"), out, checkpoint)
+        writer = writer.option("checkpointLocation", str(checkpoint))
+        batch_functions[name] = function
+    else:
+        writer = (
+            df.writeStream.queryName(name)
+            .format("parquet")
+            .outputMode("append")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+        )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -163,15 +186,21 @@ def start_pipeline(
     """
     Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
     queries: dict[str, StreamingQuery] = {}
+    functions: dict[str, Any] = {}
     for kind in kinds or cfg.pipeline.kinds:
         if kind not in KINDS:
             raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
         # Each query reads Kafka on its own: its offsets live in its own checkpoint.
-        outputs = _builder(kind)(read_packets(spark, cfg), cfg)
+        build = _builder(kind)
+        # A kind that tracks event time itself also needs the watermark control rows.
+        packets = read_packets(spark, cfg, keep_control=getattr(build, "keeps_control_rows", False))
+        outputs = build(packets, cfg)
         single = len(outputs) == 1 and kind in outputs
         for name, df in outputs.items():
-            queries[name] = _start_parquet(df, cfg, kind, name, single=single, available_now=available_now)
+            queries[name] = _start_parquet(
+                df, cfg, kind, name, single=single, available_now=available_now, batch_functions=functions
+            )
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
     chosen = tuple(kinds or cfg.pipeline.kinds)
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
-    return Pipeline(spark, cfg, queries, publisher=publisher)
+    return Pipeline(spark, cfg, queries, publisher=publisher, batch_functions=functions)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from netmon.config import Config
-from netmon.results import checkpoint_dir, committed_files, results_dir
+from netmon.results import checkpoint_dir, committed_files, is_sink, results_dir
 
 __all__ = ["RESULT_VERSION", "ResultPublisher", "result_topic", "row_to_json"]
 
@@ -85,7 +85,7 @@ class ResultPublisher:
 
     def _files(self, kind: str) -> list[Path]:
         base = results_dir(self.cfg, kind)
-        if (base / "_spark_metadata").is_dir():
+        if is_sink(base):
             return committed_files(base)
         if not base.is_dir():
             return []

@@ -54,8 +54,11 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
     return reader.load()
 
 
-def decode_packets(raw: DataFrame, watermark_s: float) -> DataFrame:
-    """Kafka records -> one row per packet (``ts``, ``ts_ns`` and the record columns), watermarked."""
+def decode_packets(raw: DataFrame, watermark_s: float, *, keep_control: bool = False) -> DataFrame:
+    """Kafka records -> one row per packet (``ts``, ``ts_ns`` and the record columns), watermarked.
+
+    ``keep_control``: control rows stay, flagged ``is_control`` (their record columns null).
+    """
     # Messages: known format and version, or counted as malformed.
     known = _header("netmon.format").eqNullSafe(F.lit(WIRE_FORMAT)) & _header("netmon.version").eqNullSafe(
         F.lit(str(WIRE_VERSION))
@@ -103,11 +106,21 @@ def decode_packets(raw: DataFrame, watermark_s: float) -> DataFrame:
     )
     # Declared once, on the decoded stream; control rows advance it and are dropped after it.
     watermarked = timed.withWatermark("ts", f"{int(watermark_s * 1000)} milliseconds")
+    if keep_control:
+        return watermarked
     # The optimizer pushes a filter below the watermark unless it references the event-time
     # column; pushed down, it would hide control rows from the watermark. `ts` is never null here.
     return watermarked.where(~F.col("is_control") | F.col("ts").isNull()).drop("is_control")
 
 
-def read_packets(spark: SparkSession, cfg: Config, *, topic: str | None = None) -> DataFrame:
-    """The decoded, watermarked packet stream of the configured topic."""
-    return decode_packets(kafka_stream(spark, cfg, topic=topic), cfg.pipeline.watermark_s)
+def read_packets(
+    spark: SparkSession, cfg: Config, *, topic: str | None = None, keep_control: bool = False
+) -> DataFrame:
+    """The decoded, watermarked packet stream of the configured topic.
+
+    ``keep_control``: keep watermark control rows, flagged by a boolean ``is_control`` column,
+    for a consumer that tracks event time itself (``pipeline.distinct``).
+    """
+    return decode_packets(
+        kafka_stream(spark, cfg, topic=topic), cfg.pipeline.watermark_s, keep_control=keep_control
+    )

@@ -2,7 +2,7 @@
 
 One generated capture, one run, the same Spark settings for both sides:
 
-- **sub-window sketches**: ``pipeline.distinct.windowed_counts``, the pipeline's two stages
+- **sub-window sketches**: ``pipeline.distinct.build_distinct`` unranked, the pipeline's stages 1-3
   (``hll_sketch_agg`` per sub-window b, ``hll_union_agg`` per slide, every group), and with
   ``--with-ranking`` the pipeline's whole query (``build_distinct``, ranking every group);
 - **baseline**: ``approx_count_distinct(item, rsd)`` per group over Spark's sliding
@@ -121,15 +121,18 @@ def _baseline(packets: Any, q: DistinctQuery, rsd: float) -> Any:
 
 
 def _run_query(name: str, df: Any, work: Path) -> SparkRun:
-    import pyarrow.parquet as pq
+    from netmon.results import read_results
+    from pipeline.batch_sink import BatchOutput
 
     out, checkpoint = work / f"out-{name}", work / f"checkpoint-{name}"
     started = time.perf_counter()
+    if isinstance(df, BatchOutput):
+        writer, _ = df.attach(df.df.writeStream, out, checkpoint)
+    else:
+        writer = df.writeStream.format("parquet").option("path", str(out))
     query = (
-        df.writeStream.queryName(name.replace("-", "_").replace(".", "_"))
-        .format("parquet")
+        writer.queryName(name.replace("-", "_").replace(".", "_"))
         .outputMode("append")
-        .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -144,7 +147,7 @@ def _run_query(name: str, df: Any, work: Path) -> SparkRun:
     state = max(
         sum(int(op.get("numRowsTotal") or 0) for op in p.get("stateOperators") or []) for p in progress
     )
-    table = pq.read_table(out, columns=["window_end", "group", "distinct"]) if out.exists() else None
+    table = read_results(out, columns=["window_end", "group", "distinct"])
     answers: Answers = {}
     for r in table.to_pylist() if table is not None else []:
         answers[(_ns(r["window_end"]), r["group"])] = int(r["distinct"])
@@ -203,13 +206,12 @@ def bench_distinct(
     """Generate a capture, run both Spark queries and the exact oracle on it, compare."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     from analytics.distinct_bench import hll_bound
     from analytics.distinct_offline import exact_oracle, run_engine
     from ingest import read_records
     from ingest.generate import generate
-    from pipeline.distinct import build_distinct, offline_query, windowed_counts
+    from pipeline.distinct import build_distinct, offline_query
     from pipeline.session import build_session
 
     name = query_name or SCENARIO_QUERY.get(scenario, cfg.queries.distinct[0].name)
@@ -255,15 +257,14 @@ def bench_distinct(
             )
             return raw.withWatermark("ts", f"{int(cfg.pipeline.watermark_s * 1000)} milliseconds")
 
+        wm_s = cfg.pipeline.watermark_s
         queries: dict[str, Callable[[Any], Any]] = {
             # The two-stage algorithm: every group of every slide, as the baseline gives them.
-            "sub-window-hll": lambda packets: windowed_counts(packets, [q]).select(
-                F.col("window.end").alias("window_end"), "group", "distinct"
-            ),
+            "sub-window-hll": lambda packets: build_distinct(packets, [q], watermark_s=wm_s, rank=False),
         }
         if with_ranking:
             # The pipeline's whole query (stage 4 ranks; top = 0 keeps every group).
-            queries["sub-window-hll+rank"] = lambda packets: build_distinct(packets, [q]).drop("rank")
+            queries["sub-window-hll+rank"] = lambda packets: build_distinct(packets, [q], watermark_s=wm_s)
         for rsd in rsds:
             queries[f"approx-rsd-{rsd:g}"] = lambda packets, rsd=rsd: _baseline(packets, q, rsd)
         say("warm-up ...")

@@ -25,7 +25,7 @@ from netmon.cli import cli
 from netmon.config import Config, DistinctQuery
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir
-from pipeline.distinct import COLUMNS, offline_query, sub_window_sketches
+from pipeline.distinct import COLUMNS, batch_sketches, chains_of, offline_query
 from pipeline.job import start_pipeline
 from tests.conftest import REPO_ROOT
 
@@ -148,7 +148,7 @@ def _cli(q: DistinctQuery, watermark_s: float) -> Report:
 
 
 def test_sub_window_sketches_hold_what_the_offline_synopses_hold(spark):
-    # A batch DataFrame through stage 1: IPv4 and IPv6 keys, an INT port in the key, null keys
+    # A micro-batch through stage 1: IPv4 and IPv6 keys, an INT port in the key, null keys
     # (skipped), and one group past coupon mode. Spark splits it into partitions, so each sketch
     # is a union of partial sketches; coupons and registers must still equal the offline ones,
     # and so must the settled estimates.
@@ -177,11 +177,13 @@ def test_sub_window_sketches_hold_what_the_offline_synopses_hold(spark):
     df = spark.createDataFrame(rows, "ts timestamp, src_ip string, dst_ip string, dst_port int").repartition(
         2
     )
+    chain = chains_of([q])[0]
     got = {
         (r.end, r.group): (bytes(r.sketch), r.settled)
-        for r in sub_window_sketches(df, [q])
+        for r in batch_sketches(df, chain, lo=-1)
+        .where("items > 0")
         .select(
-            F.unix_micros(F.col("sub_window.end")).alias("end"),
+            ((F.col("idx") + 1) * chain.sub_window_us).alias("end"),
             "group",
             "sketch",
             F.hll_sketch_estimate(F.hll_union("sketch", "sketch")).alias("settled"),
