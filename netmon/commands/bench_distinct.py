@@ -2,9 +2,10 @@
 
 One generated capture, one run, the same Spark settings for both sides:
 
-- **sub-window sketches**: ``pipeline.distinct.build_distinct`` unranked, the pipeline's stages 1-3
-  (``hll_sketch_agg`` per sub-window b, ``hll_union_agg`` per slide, every group), and with
-  ``--with-ranking`` the pipeline's whole query (``build_distinct``, ranking every group);
+- **sub-window sketches**: ``pipeline.distinct.build_distinct`` unranked, the pipeline's own
+  query (per micro-batch: ``hll_sketch_agg`` per sub-window b, each window from two running
+  ``hll_union_agg`` unions, every group), and with ``--with-ranking`` the same query ranking
+  every group;
 - **baseline**: ``approx_count_distinct(item, rsd)`` per group over Spark's sliding
   ``window(ts, N, b)``, which copies every row into N/b windows;
 - **exact oracle**: ``analytics.distinct.ExactSlidingDistinct`` driven offline over the same
