@@ -393,7 +393,10 @@ class SlidingDistinct:
             "max_idx": {c.label: seen[c.label] for c in self.chains},
             "late": late_rows,
         }
-        (self.store / f"batch-{batch_id:06d}.json").write_text(json.dumps(marker))
+        # Written whole or not at all: a crash here leaves the batch to be run again.
+        tmp = self.store / f".batch-{batch_id:06d}.json.tmp"
+        tmp.write_text(json.dumps(marker))
+        tmp.replace(self.store / f"batch-{batch_id:06d}.json")
         self.late_rows += late_rows
         stored = before | {batch_id: marker}
         sketches = spark.read.schema(STORE_SCHEMA).parquet(
