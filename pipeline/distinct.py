@@ -300,7 +300,7 @@ def ranked(counts: DataFrame, queries: Sequence[DistinctQuery]) -> DataFrame:
 log = logging.getLogger(__name__)
 
 #: Groups (sub-window, group) a task keeps in its hash map before Spark falls back to sorting:
-#: ~200-300 bytes each while a sketch is in coupon mode, 4 KiB in HLL mode at lg_k 12.
+#: small while a sketch is a coupon list (an unmeasured guess: tens to hundreds of bytes), 4 KiB in HLL mode.
 HASH_GROUPS = 200_000
 
 STORE_SCHEMA = "chain string, query string, group string, idx long, sketch binary"
