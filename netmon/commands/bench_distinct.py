@@ -196,6 +196,7 @@ def bench_distinct(
     seed: int = 1,
     query_name: str | None = None,
     files: int = 5,
+    files_per_batch: int = 1,
     rsds: tuple[float, ...] = (0.05,),
     with_ranking: bool = False,
     repeat: int = 2,
@@ -254,7 +255,9 @@ def bench_distinct(
 
         def packets_stream(directory: str) -> Any:
             raw = (
-                spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(work / directory))
+                spark.readStream.schema(schema)
+                .option("maxFilesPerTrigger", files_per_batch)
+                .parquet(str(work / directory))
             )
             return raw.withWatermark("ts", f"{int(cfg.pipeline.watermark_s * 1000)} milliseconds")
 
@@ -300,6 +303,7 @@ def bench_distinct(
         "lg_k": q.lg_k,
         "rows": rows,
         "files": files,
+        "files_per_batch": files_per_batch,
         "master": spark.sparkContext.master,
         "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "spark_conf": dict(spark_conf or {}),
@@ -331,7 +335,7 @@ def format_report(r: dict[str, Any]) -> list[str]:
 
     lines = [
         f"{r['scenario']}: {r['rows']:,} records, {r['duration_s']:g} s of event time, "
-        f"{r['files']} micro-batches (+1 closing), {r['master']}, "
+        f"{r['files']} files, {r['files_per_batch']} per micro-batch (+1 closing), {r['master']}, "
         f"{r['shuffle_partitions']} shuffle partitions, fastest of {r['repeat']} rounds",
         f"query {r['query']}: distinct {r['count']} per {r['group_by'] or '(all)'}, N={r['window_s']:g} s, "
         f"b={r['sub_window_s']:g} s (N/b={r['n_over_b']}), lg_k={r['lg_k']}; oracle: {r['oracle_pairs']:,} "
@@ -369,7 +373,14 @@ def format_report(r: dict[str, Any]) -> list[str]:
 )
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--query", "query_name", help="A configured distinct query [the scenario's].")
-@click.option("--files", type=int, default=5, show_default=True, help="Input files = micro-batches.")
+@click.option("--files", type=int, default=5, show_default=True, help="Input files (time-ordered slices).")
+@click.option(
+    "--files-per-batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Files per micro-batch: each is one input partition (like one Kafka partition).",
+)
 @click.option("--rsd", "rsds", type=float, multiple=True, help="approx_count_distinct rsd(s) [0.05].")
 @click.option("--with-ranking", is_flag=True, help="Also time the pipeline's whole query (ranking).")
 @click.option("--repeat", type=click.IntRange(min=1), default=2, show_default=True, help="Timed rounds.")
@@ -386,6 +397,7 @@ def command(
     seed: int,
     query_name: str | None,
     files: int,
+    files_per_batch: int,
     rsds: tuple[float, ...],
     with_ranking: bool,
     repeat: int,
@@ -407,6 +419,7 @@ def command(
             seed=seed,
             query_name=query_name,
             files=files,
+            files_per_batch=files_per_batch,
             rsds=rsds or (0.05,),
             with_ranking=with_ranking,
             repeat=repeat,
