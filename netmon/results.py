@@ -27,6 +27,7 @@ __all__ = [
     "committed_files",
     "is_sink",
     "read_results",
+    "result_files",
     "results_dir",
     "status_file",
 ]
@@ -94,15 +95,23 @@ def committed_files(directory: Path) -> list[Path]:
     return sorted(Path(p) for p, present in files.items() if present and Path(p).exists())
 
 
+def result_files(directory: Path) -> list[Path]:
+    """The committed files of a result directory: its own sink's, or those of its subdirectories'.
+
+    A kind with several queries keeps one sink per query in a subdirectory.
+    """
+    directory = Path(directory)
+    if is_sink(directory) or not directory.is_dir():
+        return committed_files(directory)
+    return [f for sub in sorted(directory.iterdir()) if sub.is_dir() for f in committed_files(sub)]
+
+
 def read_results(directory: Path, columns: list[str] | None = None) -> pa.Table | None:
     """All committed rows of a result directory, or ``None`` when nothing is committed yet.
 
     A kind with several queries keeps one sink per query in a subdirectory: they are all read.
     """
-    directory = Path(directory)
-    files = committed_files(directory)
-    if directory.is_dir() and not is_sink(directory):
-        files = [f for sub in sorted(directory.iterdir()) if sub.is_dir() for f in committed_files(sub)]
+    files = result_files(directory)
     if not files:
         return None
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in files], promote_options="default")

@@ -6,8 +6,8 @@ streaming query only decodes Kafka; ``SlidingDistinct`` runs the stages on each 
 (``foreachBatch``), all with Spark's own functions:
 
 1. ``items``: per packet and configured query, the group text and the counted key text
-   (``concat_ws(",", cols cast to string)``, as ``analytics.keys.key_text``); rows with a null or
-   empty key count nothing, as offline.
+   (``concat(col1, ",", col2, ...)`` of the fields cast to string, as ``analytics.keys.key_text``);
+   rows with a null or empty key count nothing, as offline.
 2. ``sketches`` (:func:`batch_sketches`): ``hll_sketch_agg(item, lg_k)`` per sub-window
    ``idx = ts div b``, query and group: each packet is touched once, in its own sub-window. The
    sketches go to a store beside the checkpoint; a sub-window spanning micro-batches gets one
@@ -97,12 +97,17 @@ def offline_query(q: DistinctQuery) -> distinct_queries.DistinctQuery:
     )
 
 
-def spark_interval(seconds: float, name: str = "seconds") -> str:
-    """A duration as Spark interval text in whole microseconds: ``0.5`` -> ``"500000 microseconds"``."""
+def _micros(seconds: float, name: str) -> int:
+    """A duration in whole microseconds (refused otherwise): ``0.5`` -> ``500000``."""
     micros = Decimal(str(seconds)) * 10**6
     if micros != micros.to_integral_value() or micros <= 0:
         raise ValueError(f"{name}: {seconds!r} s is not a positive whole number of microseconds")
-    return f"{int(micros)} microseconds"
+    return int(micros)
+
+
+def spark_interval(seconds: float, name: str = "seconds") -> str:
+    """A duration as Spark interval text in whole microseconds: ``0.5`` -> ``"500000 microseconds"``."""
+    return f"{_micros(seconds, name)} microseconds"
 
 
 def _chain_key(q: DistinctQuery) -> tuple[float, float, int]:
@@ -151,10 +156,6 @@ class Chain(NamedTuple):
     def last_index(self, watermark_ms: int) -> int:
         """The last sub-window index closed by ``watermark_ms`` (its end <= the watermark, as Spark)."""
         return (watermark_ms * 1000) // self.sub_window_us - 1
-
-
-def _micros(seconds: float, name: str) -> int:
-    return int(spark_interval(seconds, name).split()[0])
 
 
 def chains_of(queries: Sequence[DistinctQuery]) -> list[Chain]:
@@ -229,7 +230,9 @@ def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
         return F.struct(chunk.alias("c"), pos.alias("pos"), enters.alias("enters"), leaves.alias("leaves"))
 
     # Per sketch: it enters its own chunk's windows at i = idx and leaves the next chunk's at
-    # i = idx + k; each chunk also starts a segment at its first window end, c * k.
+    # i = idx + k, and that next chunk starts a segment at its first window end, (c + 1) * k.
+    # (Its own chunk needs no such start: before the group's first entry there, a window holds
+    # the group only through the previous chunk's sketches, whose events put that start in.)
     events = (
         sketches.where((F.col("idx") > F.lit(lo - k)) & (F.col("idx") <= F.lit(hi)))
         # One shuffle, by group: everything below needs only a group's rows together.
@@ -241,7 +244,6 @@ def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
                 F.array(
                     event(c, F.col("idx"), F.col("sketch"), none),
                     event(c + 1, F.col("idx") + k, none, F.col("sketch")),
-                    event(c, c * k, none, none),
                     event(c + 1, (c + 1) * k, none, none),
                 )
             ),
@@ -299,12 +301,12 @@ def ranked(counts: DataFrame, queries: Sequence[DistinctQuery]) -> DataFrame:
 
 log = logging.getLogger(__name__)
 
-#: Groups (sub-window, group) a task keeps in its hash map before Spark falls back to sorting:
-#: small while a sketch is a coupon list (an unmeasured guess: tens to hundreds of bytes), 4 KiB in HLL mode.
+#: Groups (sub-window, group) a task keeps in its hash map before Spark falls back to sorting.
+#: Each holds its sketch: a short coupon list in coupon mode, 4 KiB in HLL mode (not measured).
 HASH_GROUPS = 200_000
 
 STORE_SCHEMA = "chain string, query string, group string, idx long, sketch binary"
-STORE_COLUMNS = ("chain", "query", "group", "idx", "sketch")
+STORE_COLUMNS = tuple(field.split()[0] for field in STORE_SCHEMA.split(", "))
 
 
 class SlidingDistinct:

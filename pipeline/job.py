@@ -139,16 +139,10 @@ class Pipeline:
             self.publisher.close()
 
 
-def _start_parquet(
-    df: DataFrame | BatchOutput,
-    cfg: Config,
-    kind: str,
-    name: str,
-    *,
-    single: bool,
-    available_now: bool,
-    batch_functions: dict[str, Any],
-) -> StreamingQuery:
+def _start_query(
+    df: DataFrame | BatchOutput, cfg: Config, kind: str, name: str, *, single: bool, available_now: bool
+) -> tuple[StreamingQuery, Any]:
+    """The started query, and its ``foreachBatch`` function (None with Spark's file sink)."""
     out = results_dir(cfg, kind) if single else results_dir(cfg, kind) / name
     checkpoint = checkpoint_dir(cfg, kind) if single else checkpoint_dir(cfg, kind) / name
     out.mkdir(parents=True, exist_ok=True)
@@ -156,8 +150,8 @@ def _start_parquet(
         # Its last stages run on each micro-batch and commit their own files (pipeline.batch_sink).
         writer, function = df.attach(df.df.writeStream.queryName(name).outputMode("append"), out, checkpoint)
         writer = writer.option("checkpointLocation", str(checkpoint))
-        batch_functions[name] = function
     else:
+        function = None
         writer = (
             df.writeStream.queryName(name)
             .format("parquet")
@@ -169,7 +163,7 @@ def _start_parquet(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{int(cfg.pipeline.trigger_s * 1000)} milliseconds")
-    return writer.start()
+    return writer.start(), function
 
 
 def _builder(kind: str):  # noqa: ANN202
@@ -197,9 +191,11 @@ def start_pipeline(
         outputs = build(packets, cfg)
         single = len(outputs) == 1 and kind in outputs
         for name, df in outputs.items():
-            queries[name] = _start_parquet(
-                df, cfg, kind, name, single=single, available_now=available_now, batch_functions=functions
+            queries[name], function = _start_query(
+                df, cfg, kind, name, single=single, available_now=available_now
             )
+            if function is not None:
+                functions[name] = function
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
     chosen = tuple(kinds or cfg.pipeline.kinds)
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None

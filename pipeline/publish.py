@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from netmon.config import Config
-from netmon.results import checkpoint_dir, committed_files, is_sink, results_dir
+from netmon.results import checkpoint_dir, result_files, results_dir
 
 __all__ = ["RESULT_VERSION", "ResultPublisher", "result_topic", "row_to_json"]
 
@@ -84,12 +84,7 @@ class ResultPublisher:
         self.published_rows = 0
 
     def _files(self, kind: str) -> list[Path]:
-        base = results_dir(self.cfg, kind)
-        if is_sink(base):
-            return committed_files(base)
-        if not base.is_dir():
-            return []
-        return [f for sub in sorted(base.iterdir()) if sub.is_dir() for f in committed_files(sub)]
+        return result_files(results_dir(self.cfg, kind))
 
     def _done(self, kind: str) -> set[str]:
         try:

@@ -263,7 +263,7 @@ def bench_distinct(
 
         wm_s = cfg.pipeline.watermark_s
         queries: dict[str, Callable[[Any], Any]] = {
-            # The two-stage algorithm: every group of every slide, as the baseline gives them.
+            # The pipeline's query unranked: every group of every slide, as the baseline gives them.
             "sub-window-hll": lambda packets: build_distinct(packets, [q], watermark_s=wm_s, rank=False),
         }
         if with_ranking:
