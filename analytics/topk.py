@@ -13,7 +13,8 @@ Conventions shared by every implementation (offline, oracle, baselines, Spark), 
   distinct keys, all of them and the k-th count is 0;
 * ``delta`` = the sum of the k-th counts of the window's sub-windows;
 * a report each time a sub-window closes and the window then holds exactly ``N/b`` sub-windows
-  (the first at the end of sub-window ``N/b``);
+  (the first at the end of sub-window ``N/b``); time-based, only windows that hold data (a
+  nonzero count) are reported, so a gap in event time costs O(N/b) whatever its length;
 * reported items: summed count strictly greater than ``delta``, by count descending then key text;
 * a report is ``{"end": ..., "delta": int, "items": [{"key": str, "count": int}, ...]}`` where
   ``end`` is the number of records counted so far (count-based) or the window's exclusive end
@@ -111,6 +112,10 @@ class _SubWindowed(Base):
             raise ValueError(f"N: must be a multiple of b (N={N!r}, b={b!r})")
         self._n_sub = self._N // self._b
         self._indexes: deque[int] = deque()  # indexes of the sub-windows in the window, oldest first
+        # Which of them hold data (a nonzero count), and how many do: a time-based window holding
+        # none is not reported, and a gap of empty sub-windows is crossed in O(N/b) steps.
+        self._filled: deque[bool] = deque()
+        self._n_filled = 0
         self._open: dict[str, int] = {}  # exact counts of the open sub-window
         self._open_records = 0
         # The open sub-window's index: count-based sub-windows are numbered 0, 1, ... from the start
@@ -203,7 +208,7 @@ class _SubWindowed(Base):
             return []
         if index < self._index:
             raise ValueError(f"index: sub-window {index} is before the open sub-window {self._index}")
-        return list(self._close_until(index, report))
+        return [out for _, out in self._close_until(index, report)]
 
     def add_subwindow(
         self, counts: Mapping[str, int], index: int | None = None, *, report: bool = True
@@ -215,12 +220,29 @@ class _SubWindowed(Base):
         number (must be the next one; ``None`` means next); time-based, ``ts_ns // b`` — any
         skipped sub-windows are closed as empty first. Returns the reports made, in order.
         """
+        return [out for _, out in self.add_subwindow_indexed(counts, index, report=report)]
+
+    def add_subwindow_indexed(
+        self, counts: Mapping[str, int], index: int | None = None, *, report: bool = True
+    ) -> list[tuple[int, Report]]:
+        """``add_subwindow``, each report with the index of the sub-window whose closing made it.
+
+        Time-based, windows without data are not reported, so the reports of one call need not
+        close consecutive sub-windows; callers that derive per-window values (the streaming
+        merge's traffic totals) take the index from here.
+        """
         if self._open_records or self._open:
             raise ValueError("counts: the open sub-window already has per-record updates; call slide() first")
+        reports: list[tuple[int, Report]]
         if self.time_based:
             if index is None:
                 raise ValueError("index: required for time-based windows (ts_ns // b)")
-            reports = self.seek(index, report=report)
+            index = int(index)
+            if self._index is None:
+                self._index = index
+            elif index < self._index:
+                raise ValueError(f"index: sub-window {index} is before the open sub-window {self._index}")
+            reports = list(self._close_until(index, report))
         else:
             if index is not None and int(index) != self._index:
                 raise ValueError(f"index: expected the next sub-window {self._index}, got {index}")
@@ -229,31 +251,56 @@ class _SubWindowed(Base):
             if int(c) < 0:
                 raise ValueError(f"counts: must be >= 0, got {c!r} for {key!r}")
         self._open = {key: int(c) for key, c in counts.items()}
+        closing = self._index
         out = self._close(report)
         if out is not None:
-            reports.append(out)
+            assert closing is not None
+            reports.append((closing, out))
         return reports
 
-    def _close_until(self, index: int, report: bool) -> Iterator[Report]:
-        """Close the open sub-window and the empty ones before ``index`` (time-based)."""
+    def _close_until(self, index: int, report: bool) -> Iterator[tuple[int, Report]]:
+        """Close the open sub-window and the empty ones before ``index`` (time-based).
+
+        A window that holds no data is skipped whole: once every sub-window in the window and the
+        open one are empty, closing one more empty sub-window leaves the same summaries, so the
+        open index jumps to ``index - N/b`` at once and only the last ``N/b`` are closed (none
+        reported). A gap's cost is O(N/b), whatever its length (a capture replayed years after
+        another would otherwise close ~3×10⁸ one-second sub-windows per decade).
+        """
         assert self._index is not None
         while self._index < index:
+            jump = index - self._n_sub - self._index
+            if jump > 0 and not self._n_filled and not self._has_data(self._open):
+                self._index += jump
+                self._indexes = deque(i + jump for i in self._indexes)
+                continue
+            closing = self._index
             out = self._close(report)
             if out is not None:
-                yield out
+                yield closing, out
+
+    @staticmethod
+    def _has_data(counts: Mapping[str, int]) -> bool:
+        return any(counts.values())
 
     def _close(self, report: bool) -> Report | None:
         assert self._index is not None
         index = self._index
+        filled = self._has_data(self._open)
         self._push(index, self._open)
         self._indexes.append(index)
+        self._filled.append(filled)
+        self._n_filled += filled
         self._open = {}
         self._open_records = 0
         self._index = index + 1
         if len(self._indexes) > self._n_sub:
             self._indexes.popleft()
+            self._n_filled -= self._filled.popleft()
             self._pop()
-        if report and len(self._indexes) == self._n_sub:
+        # Time-based, a window without data is not reported (as distinct counts and Spark's own
+        # windows do); count-based windows always hold b·N/b records.
+        if report and len(self._indexes) == self._n_sub and (self._n_filled or not self.time_based):
             return self._frame(index)
         return None
 
@@ -280,7 +327,7 @@ class _SubWindowed(Base):
 
     def report(self) -> Report | None:
         """The report of the current window (as the last closing made it), or None if not full."""
-        if len(self._indexes) != self._n_sub:
+        if len(self._indexes) != self._n_sub or (self.time_based and not self._n_filled):
             return None
         return self._frame(self._indexes[-1])
 
@@ -436,6 +483,8 @@ class SubWindowTopK(_SubWindowed):
         for i, (items, kth) in enumerate(lists):
             self._summaries.append((items, kth))
             self._indexes.append(first + i)
+            self._filled.append(bool(items))  # a top-k list is empty exactly when its counts are
+            self._n_filled += bool(items)
             for key, c in items:
                 self._global[key] = self._global.get(key, 0) + c
             self._delta_sum += kth

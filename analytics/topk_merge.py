@@ -54,11 +54,11 @@ class TopKMerge:
 
     def add(self, index: int, top: Mapping[str, int], total: int) -> list[tuple[Any, ...]]:
         """Merge sub-window ``index``; rows ``(window_end_ns, delta, rank, key, count, total)``."""
-        reports = self._topk.add_subwindow(top, index)
+        reports = self._topk.add_subwindow_indexed(top, index)
         self._totals.append((index, int(total)))
         rows: list[tuple[Any, ...]] = []
-        # Reports come for consecutive closing sub-windows, the last one being ``index``.
-        for closing, report in zip(range(index - len(reports) + 1, index + 1), reports, strict=True):
+        # Each report with the sub-window whose closing made it (windows without data make none).
+        for closing, report in reports:
             end_ns = (closing + 1) * self.params.b
             window_total = sum(t for i, t in self._totals if closing - self._n_sub < i <= closing)
             delta = int(report["delta"])

@@ -40,12 +40,18 @@ def brute_window(subwindows: list[list[Record]], k: int) -> tuple[int, dict[str,
 
 
 def brute_reports(
-    subwindows: list[list[Record]], n_sub: int, k: int, end, *, exact: bool = False
+    subwindows: list[list[Record]], n_sub: int, k: int, end, *, exact: bool = False, skip_empty: bool = False
 ) -> list[dict]:
-    """A report at every closed sub-window i >= n_sub - 1 (``end(i)`` gives its end)."""
+    """A report at every closed sub-window i >= n_sub - 1 (``end(i)`` gives its end).
+
+    ``skip_empty`` (time-based): no report for a window whose records all weigh nothing (or none).
+    """
     out = []
     for i in range(n_sub - 1, len(subwindows)):
-        delta, summed, true = brute_window(subwindows[i - n_sub + 1 : i + 1], k)
+        window = subwindows[i - n_sub + 1 : i + 1]
+        if skip_empty and not any(w for sub in window for _, w in sub):
+            continue
+        delta, summed, true = brute_window(window, k)
         counts = true if exact else summed
         items = sorted(((key, c) for key, c in counts.items() if c > delta), key=lambda kv: (-kv[1], kv[0]))
         out.append({"end": end(i), "delta": delta, "items": [{"key": key, "count": c} for key, c in items]})
@@ -166,7 +172,12 @@ def brute_time_reports(records, N_ns: int, b_ns: int, k: int, *, exact: bool = F
         if ts // b_ns < last:
             subwindows[ts // b_ns - first].append((key, w))
     return brute_reports(
-        subwindows, N_ns // b_ns, k, lambda i: format_end((first + i + 1) * b_ns), exact=exact
+        subwindows,
+        N_ns // b_ns,
+        k,
+        lambda i: format_end((first + i + 1) * b_ns),
+        exact=exact,
+        skip_empty=True,
     )
 
 
@@ -195,10 +206,13 @@ def test_time_based_equals_brute_force_with_empty_subwindows(
         got += alg.add_subwindow(per_sub[index], index)
     got += alg.seek(max(per_sub))  # the last record's arrival closes the empty sub-windows before it
     assert got == expected
-    # Empty sub-windows were really there and counted toward N/b.
+    # Empty sub-windows were really there and counted toward N/b; windows holding none of the
+    # records were skipped (not reported), so some report ends are more than a slide apart.
     indexes = sorted(per_sub)
     assert any(b - a > n_sub for a, b in zip(indexes, indexes[1:], strict=False))
-    assert {"delta": 0, "items": []} in [{"delta": r["delta"], "items": r["items"]} for r in expected]
+    assert {"delta": 0, "items": []} not in [{"delta": r["delta"], "items": r["items"]} for r in expected]
+    ends = [datetime.fromisoformat(r["end"]).timestamp() for r in expected]
+    assert any(b - a > 1 for a, b in zip(ends, ends[1:], strict=False))
 
 
 def test_time_based_end_is_iso_utc_of_window_end() -> None:
@@ -411,3 +425,96 @@ def test_baseline_time_based_and_add_subwindow() -> None:
     assert reports[-1]["items"] == [{"key": "a", "count": 2}]
     with pytest.raises(ValueError, match=r"^lg_max_map_size: must be an integer in 3..26"):
         FrequentItemsTopK(10, 5, 1, lg_max_map_size=2)
+
+
+# -- gaps in event time (faults issue, item 9) ----------------------------------------------------
+
+YEAR_S = 365 * 86_400
+
+
+class _CountingTopK(SubWindowTopK):
+    """Fails as soon as more sub-windows are closed than ``limit``: a gap must cost O(N/b)."""
+
+    limit = 0
+
+    def _push(self, index, counts) -> None:
+        self.pushes = getattr(self, "pushes", 0) + 1
+        if self.pushes > self.limit:
+            raise AssertionError(f"closed {self.pushes} sub-windows; a gap must not cost its length")
+        super()._push(index, counts)
+
+
+def brute_sparse_reports(
+    per_sub: dict[int, Counter[str]], n_sub: int, k: int, b_ns: int, last: int
+) -> list[dict]:
+    """Brute force over the windows that hold data: window ends ``d .. d + n_sub - 1`` of every
+    sub-window ``d`` with records, closed before ``last`` (the open sub-window), and full: the
+    stream starts at its first record's sub-window."""
+    first = min(per_sub)
+    ends = sorted({e for d in per_sub for e in range(d, d + n_sub) if first + n_sub - 1 <= e < last})
+    out = []
+    for e in ends:
+        window = [list(per_sub.get(i, Counter()).items()) for i in range(e - n_sub + 1, e + 1)]
+        delta, summed, _ = brute_window(window, k)
+        items = sorted(((key, c) for key, c in summed.items() if c > delta), key=lambda kv: (-kv[1], kv[0]))
+        out.append(
+            {
+                "end": format_end((e + 1) * b_ns),
+                "delta": delta,
+                "items": [{"key": key, "count": c} for key, c in items],
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize(("n_sub", "gap_years"), [(10, 10), (60, 12), (3, 1)])
+def test_a_gap_of_years_costs_one_window_and_reports_only_windows_with_data(
+    n_sub: int, gap_years: int
+) -> None:
+    # A capture from 2002 then one from 2014 (or live capture after a replay): 1 s sub-windows.
+    t2002, t2014 = 1_010_000_000, 1_010_000_000 + gap_years * YEAR_S
+    rng = np.random.default_rng(n_sub)
+    per_sub: dict[int, Counter[str]] = {}
+    for start in (t2002, t2014):
+        for second in range(start, start + 3 * n_sub):
+            if rng.random() < 0.8:  # short gaps inside each capture too
+                per_sub[second] = Counter({f"h{int(x)}": 1 + int(x) for x in rng.integers(0, 5, size=4)})
+    data = sorted(per_sub)
+    alg = _CountingTopK(n_sub * B_NS, B_NS, 2, time_based=True)
+    # Every data sub-window and at most N/b empty ones on each side of the gap: not ~3e8 closings.
+    alg.limit = len(data) + 4 * n_sub
+    got = []
+    for index in data[:-1]:
+        got += alg.add_subwindow(per_sub[index], index)
+    got += alg.seek(data[-1])
+    assert got == brute_sparse_reports(per_sub, n_sub, 2, B_NS, data[-1])
+    # The last window with 2002's data is the last report before 2014's first.
+    ends = [r["end"] for r in got]
+    last_2002 = max(i for i in data if i < t2014)
+    assert format_end((last_2002 + n_sub) * B_NS) in ends
+    assert not [
+        e for e in ends if format_end((last_2002 + n_sub) * B_NS) < e < format_end((t2014 + 1) * B_NS)
+    ]
+    # The state survives its bytes across the gap, and the exact oracle agrees (same driver).
+    again = SubWindowTopK.from_bytes(alg.to_bytes())
+    assert again.to_bytes() == alg.to_bytes() and again.report() == alg.report()
+    exact = ExactSlidingTopK(n_sub * B_NS, B_NS, 2, time_based=True)
+    exact_got = [r for i in data[:-1] for r in exact.add_subwindow(per_sub[i], i)] + exact.seek(data[-1])
+    assert [r["end"] for r in exact_got] == ends
+
+
+def test_a_gap_right_after_the_first_subwindow_and_per_record_seek() -> None:
+    # The window is not yet full when the gap starts; the per-record path (seek/update) too.
+    alg = _CountingTopK(5 * B_NS, B_NS, 2, time_based=True)
+    alg.limit = 12
+    alg.seek(100)
+    alg.update("a", 3)
+    later = 100 + 10 * YEAR_S
+    reports = alg.seek(later)
+    # Sub-window 100 then four empty ones: the only full window holding "a" ends at 105.
+    assert reports == [{"end": format_end(105 * B_NS), "delta": 0, "items": [{"key": "a", "count": 3}]}]
+    assert alg.report() is None  # the window before `later` holds nothing
+    alg.update("b", 2)
+    after = {"end": format_end((later + 1) * B_NS), "delta": 0, "items": [{"key": "b", "count": 2}]}
+    assert alg.seek(later + 1) == [after] and alg.report() == after
+    assert alg.pushes == 6 + 5 + 1  # 100..105, the last window's four empties and `later`
