@@ -42,7 +42,7 @@ from alerts.delivery import Deliverer, routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import Notification, RuleEngine
 from netmon.config import Config
-from pipeline.publish import result_topic
+from netmon.results import result_topic
 
 __all__ = ["CRASH_ENV", "AlertService", "BatchResult", "result_topic"]
 

@@ -282,7 +282,7 @@ def distinct_reports(
     full_windows: bool = False,
     stats: OfflineStats | None = None,
 ) -> Iterator[DistinctReport]:
-    """Run ``query`` over record batches (:data:`ingest.schema.ARROW_SCHEMA`, file order).
+    """Run ``query`` over record batches (:data:`netmon.records.ARROW_SCHEMA`, file order).
 
     Yields one :class:`DistinctReport` per closed sub-window whose window holds an item, using
     a :class:`SubWindowDistinct` (HLL sketches, or exact sets with ``exact=True``).

@@ -33,11 +33,13 @@ import math
 from dataclasses import dataclass
 
 from analytics._base import Base
+from netmon.config import SHEDDING_STRATEGIES
 
 __all__ = ["STRATEGIES", "Allocation", "JoinCostModel"]
 
-#: The random strategies of seed 003 §3.3, plus ``none`` (no shedding).
-STRATEGIES: tuple[str, ...] = ("none", "cf", "inp", "pni")
+#: The random strategies of seed 003 §3.3, plus ``none`` (no shedding), as ``[[queries.join]]
+#: strategy`` names them: one list, in the configuration.
+STRATEGIES: tuple[str, ...] = SHEDDING_STRATEGIES
 
 _TOL = 1e-12
 

@@ -11,7 +11,7 @@ latest matching SYN (retransmitted SYNs share the key; the smallest delay is kep
 a SYN-ACK within ``T`` (and at least ``T`` before the end of the input) are counted per destination:
 the half-open indicator.
 
-**Link correlation** (:class:`LinkQuery`). Stream A and stream B are two :func:`ingest.filters.parse_filter`
+**Link correlation** (:class:`LinkQuery`). Stream A and stream B are two :func:`netmon.filters.parse_filter`
 expressions over one record stream, e.g. ``iface=eth0`` / ``iface=eth1`` (two links) or
 ``dst_ip=10.1.0.0/16`` / ``dst_ip=10.2.0.0/16`` (two address ranges); A ⋈ B on ``src_ip`` (or another
 key) with ``T_L = T_R = T``: the same host seen in both within ``T``. Many-to-many, the case where
@@ -105,7 +105,7 @@ def _records(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]) -> p
         return pa.Table.from_batches([records])
     batches = list(records)
     if not batches:
-        from ingest.schema import ARROW_SCHEMA
+        from netmon.records import ARROW_SCHEMA
 
         return ARROW_SCHEMA.empty_table()
     return pa.Table.from_batches(batches)
@@ -208,7 +208,7 @@ class LinkQuery(Base):
     Parameters
     ----------
     left, right
-        Filter expressions selecting streams A and B (:func:`ingest.filters.parse_filter`), e.g.
+        Filter expressions selecting streams A and B (:func:`netmon.filters.parse_filter`), e.g.
         ``"iface=eth0"`` or ``"dst_ip=10.1.0.0/16"``.
     window_s
         ``T = T_L = T_R`` (seconds).
@@ -237,7 +237,7 @@ class LinkQuery(Base):
     def __init__(
         self, left: str, right: str, window_s: float = 3.0, key: str = "src_ip", right_key: str | None = None
     ) -> None:
-        from ingest.filters import parse_filter
+        from netmon.filters import parse_filter
 
         self._filters = (parse_filter(left), parse_filter(right))
         self.left = left

@@ -24,13 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.schema import RECORD_COLUMNS
+from netmon.records import parse_key
 
 __all__ = ["KEY_SEPARATOR", "as_numpy", "key_codes", "key_text", "parse_key", "weight_values", "weights"]
 
 KEY_SEPARATOR = ","
-
-_NOT_KEYS = {"ts"}
 
 #: The separator as an Arrow scalar, made from buffers (``pa.scalar`` would import pandas).
 _SEPARATOR = pa.Array.from_buffers(
@@ -42,22 +40,6 @@ _SEPARATOR = pa.Array.from_buffers(
         pa.py_buffer(KEY_SEPARATOR.encode()),
     ],
 )[0]
-
-
-def parse_key(spec: str | Sequence[str]) -> tuple[str, ...]:
-    """``"src_ip,dst_ip"`` or ``("src_ip", "dst_ip")`` -> validated tuple of column names.
-
-    >>> parse_key("proto, dst_port")
-    ('proto', 'dst_port')
-    """
-    fields = tuple(f.strip() for f in (spec.split(",") if isinstance(spec, str) else spec) if f.strip())
-    if not fields:
-        raise ValueError("key: empty key specification")
-    for f in fields:
-        if f not in RECORD_COLUMNS or f in _NOT_KEYS:
-            allowed = ", ".join(c for c in RECORD_COLUMNS if c not in _NOT_KEYS)
-            raise ValueError(f"key: unknown field {f!r} (one of: {allowed})")
-    return fields
 
 
 def key_text(batch: pa.RecordBatch | pa.Table, fields: Sequence[str]) -> pa.Array:

@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ARROW_SCHEMA": "ingest.schema",
+    "ARROW_SCHEMA": "netmon.records",
     "CaptureError": "ingest.errors",
     "CaptureReader": "ingest.readers",
     "ReadSummary": "ingest.readers",

@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.filters import PacketFilter, parse_filter
 from ingest.pcapwriter import LINKTYPE_ETHERNET, LINKTYPE_RAW, PcapWriter
 from ingest.producer import PacketProducer, sigterm_as_interrupt
 from ingest.progress import ProgressLine, capture_line
 from ingest.replay import iso_ns
+from netmon.filters import PacketFilter, parse_filter
 
 __all__ = [
     "CaptureOptions",
@@ -116,7 +116,7 @@ class CaptureOptions:
 
     iface: str
     bpf: str | None = None  #: kernel filter (tcpdump syntax; compiled by Scapy with libpcap)
-    filter: str | None = None  #: netmon field filter on decoded records (:mod:`ingest.filters`)
+    filter: str | None = None  #: netmon field filter on decoded records (:mod:`netmon.filters`)
     count: int | None = None  #: stop after this many frames captured
     duration_s: float | None = None  #: stop after this many seconds
     write_pcap: str | Path | None = None  #: also write the captured frames to this pcap
@@ -365,7 +365,7 @@ def capture(
     ------
     LiveCaptureError
         No privilege, unknown interface, bad BPF expression (before connecting to Kafka).
-    ingest.filters.FilterError
+    netmon.filters.FilterError
         Malformed ``--filter`` expression.
     ingest.producer.BrokerUnavailable
         The broker did not answer within ``timeout_s``.

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 
 __all__ = [
     "PAD",
@@ -589,7 +589,7 @@ def _string_array(texts: Sequence[str]) -> pa.Array:
 
 
 def projected_schema(columns: Sequence[str] | None) -> pa.Schema:
-    """:data:`ingest.schema.ARROW_SCHEMA`, or only ``columns`` of it in the order given.
+    """:data:`netmon.records.ARROW_SCHEMA`, or only ``columns`` of it in the order given.
 
     >>> projected_schema(["src_ip", "ts"]).names
     ['src_ip', 'ts']
@@ -624,7 +624,7 @@ def build_batch(
     iface: str | tuple[Sequence[str], np.ndarray],
     columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
-    """The record batch (exactly :data:`ingest.schema.ARROW_SCHEMA`, or ``columns`` of it) of decoded records.
+    """The record batch (:data:`netmon.records.ARROW_SCHEMA`, or ``columns`` of it) of decoded records.
 
     ``ts_ns``, ``cap_len`` and ``wire_len`` are per frame (indexed by ``cols.index``); ``iface``
     is one name for every record, or ``(names, per-frame index into names)``. ``columns``: only

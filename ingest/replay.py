@@ -12,7 +12,7 @@ through :class:`ingest.producer.PacketProducer`. Modes (:class:`ReplayOptions`):
 - ``rebase_time``: shift every timestamp so that the first packet is "now"; ``start_ns``: so that
   it is at a given time (several captures replayed one after another on one time line);
 - ``limit``: stop after N records produced; ``filter``: keep only records matching an
-  :mod:`ingest.filters` expression.
+  :mod:`netmon.filters` expression.
 
 Every record sent is counted, and counted again when the broker acknowledges it; the summary
 (:class:`ReplaySummary`) puts the reader's counts (frames read, records decoded, skipped by reason)
@@ -35,11 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import CaptureError
-from ingest.filters import PacketFilter, parse_filter
 from ingest.pacing import Pacer
 from ingest.producer import PacketProducer, sigterm_as_interrupt
 from ingest.progress import ProgressLine, replay_line
-from ingest.schema import ARROW_SCHEMA
+from netmon.filters import PacketFilter, parse_filter
+from netmon.records import ARROW_SCHEMA
 
 __all__ = ["ReplayOptions", "ReplayProgress", "ReplaySummary", "iso_ns", "replay", "shift_ts"]
 
@@ -249,7 +249,7 @@ def replay(
     ------
     ingest.CaptureError
         The file is not a readable capture (raised before connecting to the broker).
-    ingest.filters.FilterError
+    netmon.filters.FilterError
         The filter expression is malformed (raised before reading anything).
     ingest.producer.BrokerUnavailable
         The broker did not answer within ``timeout_s``.

@@ -1,7 +1,7 @@
 """The Kafka wire format ``packets-csv`` v1: record batches to messages and back.
 
 One Kafka message carries many packet-header records as newline-separated CSV lines with the
-19 columns of :data:`ingest.schema.ARROW_SCHEMA` in order (``ts`` as integer nanoseconds, an empty
+19 columns of :data:`netmon.records.ARROW_SCHEMA` in order (``ts`` as integer nanoseconds, an empty
 field for null, no quoting) and three headers: ``netmon.format``, ``netmon.version`` and
 ``netmon.records``. The layout is specified in ``docs/wire-format.md``.
 
@@ -12,7 +12,7 @@ field for null, no quoting) and three headers: ``netmon.format``, ``netmon.versi
 Examples
 --------
 >>> import pyarrow as pa
->>> from ingest.schema import ARROW_SCHEMA
+>>> from netmon.records import ARROW_SCHEMA
 >>> row = {name: [None] for name in ARROW_SCHEMA.names}
 >>> row.update(ts=[1_700_000_000_123_456_789], cap_len=[74], wire_len=[74], ip_version=[4],
 ...            src_ip=["10.0.0.1"], dst_ip=["192.0.2.7"], proto=[6], iface=["0"])
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ingest.schema import ARROW_SCHEMA, WIRE_FORMAT, WIRE_VERSION
+from netmon.records import ARROW_SCHEMA, WIRE_FORMAT, WIRE_VERSION
 
 __all__ = [
     "CONTROL_WATERMARK",
@@ -133,7 +133,7 @@ def encode_messages(
     Parameters
     ----------
     batch
-        Records with the columns of :data:`ingest.schema.ARROW_SCHEMA` (in that order).
+        Records with the columns of :data:`netmon.records.ARROW_SCHEMA` (in that order).
     records_per_message
         Records per message; the last message of the batch may hold fewer.
 

@@ -1,22 +1,25 @@
-"""The ``netmon`` command and what every part shares: configuration, the local broker, jars, logs.
+"""The ground floor: the contracts every part of netmon shares. It imports no other netmon package.
 
-``cli`` is the command (its subcommands live in ``netmon.commands``, imported on first use);
-``config`` the TOML configuration; ``broker`` the local KRaft Kafka broker run from the jars that
-``jvm_deps`` fetches from Maven Central; ``kafka_admin`` topic helpers; ``demo`` the whole system
-on one machine; ``results`` reading committed results back without Spark; ``logs`` quiet,
-structured logging.
+``config`` the TOML configuration (every section, ``[alerts]`` included) and its one loader;
+``records`` the packet-header record (columns, Arrow schema, wire-format name and Spark DDL);
+``filters`` the filter-expression grammar over records; ``results`` the results format (result
+directories and topics, commit logs, ``read_results``); ``logs`` quiet, structured logging;
+``jvm_deps`` the JVM jars from Maven Central; ``broker`` the local KRaft Kafka broker;
+``kafka_admin`` topic helpers.
+
+Every other package (``ingest``, ``analytics``, ``pipeline``, ``alerts``, ``dashboard``, ``bench``)
+stands on this one; the command line (``cli``) is the top floor (``README.md``, "Architecture").
 
 ``__all__`` lists the modules (``from netmon import *`` imports them all).
 """
 
 __all__ = [
     "broker",
-    "cli",
-    "commands",
     "config",
-    "demo",
+    "filters",
     "jvm_deps",
     "kafka_admin",
     "logs",
+    "records",
     "results",
 ]

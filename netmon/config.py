@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from alerts.config import AlertRule, AlertsConfig, AlertTarget
-from analytics.join_cost import STRATEGIES
 
 __all__ = [
     "JOIN_QUERY_KINDS",
@@ -41,6 +40,7 @@ __all__ = [
     "PathsConfig",
     "PipelineConfig",
     "QueriesConfig",
+    "SHEDDING_STRATEGIES",
     "SheddingConfig",
     "SparkConfig",
     "TopKQuery",
@@ -50,6 +50,8 @@ __all__ = [
 
 #: The kinds of ``[[queries.join]]`` query (``query = ...``).
 JOIN_QUERY_KINDS = ("handshake", "link")
+#: The streaming join's load-shedding strategies (seed 003 §3.3; ``analytics.join_cost``).
+SHEDDING_STRATEGIES: tuple[str, ...] = ("none", "cf", "inp", "pni")
 
 
 class ConfigError(ValueError):
@@ -172,7 +174,7 @@ class JoinQuery:
     ``query = "handshake"``: SYN ⋈ SYN-ACK on the reversed 4-tuple with ``ack = seq + 1``, a SYN-ACK
     at most ``window_s`` after its SYN (``T_L = window_s``, ``T_R = 0``); unanswered SYNs become
     ``unmatched`` rows. ``query = "link"``: stream ``left`` ⋈ stream ``right`` (filter expressions,
-    ``ingest.filters``) on ``key`` (``right_key`` for the right stream if given) within
+    ``netmon.filters``) on ``key`` (``right_key`` for the right stream if given) within
     ``window_s`` both ways.
     """
 
@@ -200,17 +202,17 @@ class JoinQuery:
             )
         if not self.window_s >= 0:
             raise ConfigError(f"{where} window_s: expected a number of seconds >= 0, got {self.window_s!r}")
-        if self.strategy not in STRATEGIES:
+        if self.strategy not in SHEDDING_STRATEGIES:
             raise ConfigError(
-                f"{where} strategy: expected one of {', '.join(STRATEGIES)} (max-subset runs offline only: "
-                f"netmon eval shedding), got {self.strategy!r}"
+                f"{where} strategy: expected one of {', '.join(SHEDDING_STRATEGIES)} "
+                f"(max-subset runs offline only: netmon eval shedding), got {self.strategy!r}"
             )
         if self.cpu_share is not None and not 0 < self.cpu_share <= 1:
             raise ConfigError(f"{where} cpu_share: expected a fraction in (0, 1], got {self.cpu_share!r}")
         if self.query == "link":
             # Imported here: both need pyarrow, which the handshake default and the CLI's start skip.
-            from analytics.keys import parse_key
-            from ingest.filters import parse_filter
+            from netmon.filters import parse_filter
+            from netmon.records import parse_key
 
             for name in ("key", "right_key"):
                 if getattr(self, name):

@@ -28,6 +28,7 @@ __all__ = [
     "is_sink",
     "read_results",
     "result_files",
+    "result_topic",
     "results_dir",
     "status_file",
 ]
@@ -38,6 +39,11 @@ COMMITS = "_commits"
 
 def results_dir(cfg: Config, kind: str) -> Path:
     return Path(cfg.paths.data_dir) / "results" / kind
+
+
+def result_topic(cfg: Config, kind: str) -> str:
+    """The Kafka topic a kind's committed rows are republished on: ``<prefix><kind>``."""
+    return f"{cfg.kafka.results_topic_prefix}{kind}"
 
 
 def checkpoint_dir(cfg: Config, kind: str) -> Path:

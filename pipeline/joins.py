@@ -144,13 +144,13 @@ def _stage(rows: DataFrame, key: Column) -> DataFrame:
 
 
 def filter_column(text: str) -> Column:
-    """A filter expression (``ingest.filters``) as a Spark condition with the same semantics.
+    """A filter expression (``netmon.filters``) as a Spark condition with the same semantics.
 
     Comparisons with a null field are false and ``!=`` is ``not =``; addresses compare on the
     canonical text, IPv4 networks with integer arithmetic on the dotted quad. IPv6 networks have
     no Spark built-in: a vectorised pandas UDF tests them with ``ipaddress``.
     """
-    from ingest.filters import parse_filter
+    from netmon.filters import parse_filter
 
     return _node_column(parse_filter(text)._node)  # the parsed expression tree
 

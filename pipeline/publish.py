@@ -26,17 +26,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from netmon.config import Config
-from netmon.results import checkpoint_dir, result_files, results_dir
+from netmon.results import checkpoint_dir, result_files, result_topic, results_dir
 
-__all__ = ["RESULT_VERSION", "ResultPublisher", "result_topic", "row_to_json"]
+__all__ = ["RESULT_VERSION", "ResultPublisher", "row_to_json"]
 
 log = logging.getLogger(__name__)
 
 RESULT_VERSION = 1
-
-
-def result_topic(cfg: Config, kind: str) -> str:
-    return f"{cfg.kafka.results_topic_prefix}{kind}"
 
 
 def _plain(value: Any) -> Any:

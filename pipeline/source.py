@@ -12,8 +12,8 @@ import logging
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ingest.schema import SPARK_DDL, WIRE_FORMAT, WIRE_VERSION
 from netmon.config import Config
+from netmon.records import SPARK_DDL, WIRE_FORMAT, WIRE_VERSION
 
 __all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "read_packets"]
 

@@ -71,7 +71,7 @@ def read_records(
         Bytes read per chunk: memory stays a few times this, whatever the file size.
     columns : sequence of str, optional
         Only these record columns, in this order (default: every column of
-        :data:`ingest.schema.ARROW_SCHEMA`). The others are not built (nor the transport header
+        :data:`netmon.records.ARROW_SCHEMA`). The others are not built (nor the transport header
         read, if no column needs it), which saves time when a query needs a few. The records and
         the summary are the same.
 
@@ -85,7 +85,7 @@ def read_records(
 
 
 class CaptureReader:
-    """Record batches of one capture, in file order: exactly :data:`ingest.schema.ARROW_SCHEMA`
+    """Record batches of one capture, in file order: exactly :data:`netmon.records.ARROW_SCHEMA`
     (:attr:`schema`; only the ``columns`` asked for, if given).
 
     Iterate once. :attr:`summary` is updated as the batches come (counts may run one chunk ahead

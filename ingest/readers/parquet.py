@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.readers import read_records
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 
 __all__ = ["PROTOCOL_NAMES", "ParseReport", "parse_to_parquet"]
 

@@ -10,12 +10,12 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-import netmon.cli
+import cli.main
 from alerts.config import AlertRule, AlertsConfig, AlertTarget
 from alerts.delivery import routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import RuleEngine
-from netmon.commands.alerts import command
+from cli.commands.alerts import command
 from netmon.config import Config
 from tests.alerts.helpers import SECRET, distinct_row
 from tests.alerts.receiver import Receiver
@@ -157,9 +157,9 @@ def test_list_without_an_outbox(state_cfg: Config) -> None:
 
 
 def test_registered_in_the_netmon_command() -> None:
-    if "alerts" not in netmon.cli.COMMANDS:
+    if "alerts" not in cli.main.COMMANDS:
         pytest.skip('netmon/cli.py does not register "alerts" yet (the lead adds it)')
-    result = CliRunner().invoke(netmon.cli.cli, ["alerts", "--help"])
+    result = CliRunner().invoke(cli.main.cli, ["alerts", "--help"])
     assert result.exit_code == 0 and all(
         c in result.output for c in ("run", "rules", "list", "retry", "test")
     )

@@ -184,7 +184,7 @@ def time_of_iso(text: str) -> float:
 # --- crash and restart: real processes -------------------------------------------------------
 
 BOOT = (
-    "from netmon.cli import cli; cli.lazy.setdefault('alerts', 'netmon.commands.alerts:command'); "
+    "from cli.main import cli; cli.lazy.setdefault('alerts', 'cli.commands.alerts:command'); "
     "cli(prog_name='netmon')"
 )
 

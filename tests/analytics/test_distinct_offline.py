@@ -25,7 +25,7 @@ from analytics.distinct_offline import (
     seconds_to_ns,
 )
 from analytics.distinct_queries import QUERIES, DistinctQuery, get_query
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 
 S = 10**9
 T0 = 1_700_000_000 * S  # 2023-11-14T22:13:20Z, a whole multiple of every sub-window used here
@@ -401,7 +401,7 @@ def cli_rows(monkeypatch, tmp_path):
 
 
 def invoke(*args):
-    from netmon.cli import cli
+    from cli.main import cli
 
     return CliRunner().invoke(cli, ["analyze", "distinct", *args], env={"NETMON_CONFIG": None})
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.join_cost import STRATEGIES, Allocation, JoinCostModel
-from netmon.cli import cli
+from cli.main import cli
 
 # -- hand-computed cases ---------------------------------------------------------------------------
 # λ_L = 100/s, λ_R = 200/s, T_L = 2 s, T_R = 1 s, f = 0.01, C_u = C_p = 1 ms.

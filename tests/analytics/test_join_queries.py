@@ -23,8 +23,8 @@ from analytics.join_queries import (
     run_join,
     unanswered_syns,
 )
-from ingest.schema import ARROW_SCHEMA
-from netmon.cli import cli
+from cli.main import cli
+from netmon.records import ARROW_SCHEMA
 
 S = 1_000_000_000
 SYN, ACK, RST = 0x02, 0x10, 0x04

@@ -21,7 +21,7 @@ from analytics.join_eval import (
 )
 from analytics.join_queries import JoinSide, run_join
 from analytics.shedding import Decisions, LoadShedder, OnlineMaxSubset
-from netmon.cli import cli
+from cli.main import cli
 
 S = 1_000_000_000
 

@@ -154,7 +154,7 @@ def test_trace_from_batches_orders_ids_by_text() -> None:
 
 
 def test_eval_command_writes_the_outputs(tmp_path: Path) -> None:
-    from netmon.cli import cli
+    from cli.main import cli
 
     args = ["eval", "topk", "--packets", "10000", "--starts", "3", "--window", "2000", "--out", str(tmp_path)]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)

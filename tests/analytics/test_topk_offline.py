@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from analytics.topk import SubWindowTopK, format_end
 from analytics.topk_offline import OfflineTopK, parse_duration
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 from tests.analytics.test_topk import brute_reports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +167,7 @@ def test_parameter_errors() -> None:
 
 
 def invoke(*args: str):
-    from netmon.cli import cli
+    from cli.main import cli
 
     return CliRunner().invoke(cli, ["analyze", "topk", *args], catch_exceptions=False)
 

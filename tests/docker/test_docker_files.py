@@ -26,7 +26,7 @@ import yaml
 from click.testing import CliRunner
 
 from alerts.config import load_alerts
-from netmon.cli import cli
+from cli.main import cli
 from netmon.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ from scapy.layers.l2 import Dot1Q
 from scapy.packet import Packet
 from scapy.utils import PcapReader
 
-from ingest.schema import RECORD_COLUMNS
+from netmon.records import RECORD_COLUMNS
 
 _EXT_HEADERS = (
     IPv6ExtHdrHopByHop,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ingest.schema import ARROW_SCHEMA
 from ingest.wire import decode_message, is_control
+from netmon.records import ARROW_SCHEMA
 
 
 @dataclass

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.utils import rdpcap
 
+from cli.main import cli
 from ingest.capture import (
     CaptureOptions,
     CaptureSummary,
@@ -27,7 +28,6 @@ from ingest.capture import (
     list_interfaces,
     open_socket,
 )
-from netmon.cli import cli
 from tests.ingest.kafka_util import consume_all, records_of
 
 NETMON = Path(sys.executable).with_name("netmon")

@@ -17,7 +17,7 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether, Loopback
 
 from ingest import decode_frames
 from ingest.decode import SUPPORTED_LINKTYPES, _ipv4_strings, _IPv4Text, decode_headers, sanitize_iface
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 from tests.ingest.conftest import (
     assert_records_equal,
     ethernet_packets,

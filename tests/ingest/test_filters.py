@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from ingest import CaptureError, read_records
-from ingest.filters import FilterError, parse_filter
 from ingest.generate import generate
-from ingest.schema import ARROW_SCHEMA
+from netmon.filters import FilterError, parse_filter
+from netmon.records import ARROW_SCHEMA
 from tests.conftest import REPO_ROOT
 
 CAPTURES = REPO_ROOT.parent / "shared" / "captures"

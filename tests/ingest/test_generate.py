@@ -16,9 +16,9 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.packet import Raw
 from scapy.utils import PcapReader, rdpcap
 
+from cli.main import cli
 from ingest.generate import SCENARIOS, generate, parse_start
 from ingest.pcapwriter import PcapWriter
-from netmon.cli import cli
 from tests.conftest import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "samples"

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from cli.main import cli
 from ingest import read_records
 from ingest.readers.parquet import PROTOCOL_NAMES
-from ingest.schema import ARROW_SCHEMA
-from netmon.cli import cli
+from netmon.records import ARROW_SCHEMA
 from tests.ingest.conftest import pcap_bytes, scapy_file_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from ingest import read_records
 from ingest.generate import generate
 from ingest.producer import BrokerUnavailable, PacketProducer, pick_compression
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 from tests.ingest.kafka_util import consume_all, records_of, sort_records
 
 

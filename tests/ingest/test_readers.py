@@ -18,7 +18,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Loopback, LoopbackOpenBSD
 
 from ingest import CaptureError, ReadSummary, read_records
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 from tests.ingest.conftest import (
     assert_records_equal,
     ethernet_packets,

@@ -18,14 +18,14 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from cli.main import cli
 from ingest import CaptureError, read_records
-from ingest.filters import FilterError
 from ingest.generate import generate
 from ingest.pacing import FakeClock, Pacer
 from ingest.progress import ProgressLine, replay_line
 from ingest.replay import ReplayOptions, ReplayProgress, iso_ns, replay, shift_ts
-from ingest.schema import ARROW_SCHEMA
-from netmon.cli import cli
+from netmon.filters import FilterError
+from netmon.records import ARROW_SCHEMA
 from tests.conftest import REPO_ROOT
 from tests.ingest.conftest import netmon_records, scapy_file_records
 from tests.ingest.kafka_util import consume_all, records_of, sort_records, wait_for_messages

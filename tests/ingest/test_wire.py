@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest import CaptureError, read_records
-from ingest.schema import ARROW_SCHEMA, RECORD_COLUMNS
 from ingest.wire import (
     WireFormatError,
     decode_message,
@@ -19,6 +18,7 @@ from ingest.wire import (
     is_control,
     watermark_message,
 )
+from netmon.records import ARROW_SCHEMA, RECORD_COLUMNS
 from tests.conftest import REPO_ROOT
 
 CAPTURES = REPO_ROOT.parent / "shared" / "captures"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netmon.commands.bench_distinct import bench_distinct, format_report
+from cli.commands.bench_distinct import bench_distinct, format_report
 
 pytestmark = pytest.mark.spark
 

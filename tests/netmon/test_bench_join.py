@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netmon.commands.bench_join import _config, _summary, format_report, query_name, run_strategies
+from cli.commands.bench_join import _config, _summary, format_report, query_name, run_strategies
 from netmon.config import load_config
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from netmon.commands.bench_topk import (
+from cli.commands.bench_topk import (
     _accuracy,
     _ExactWindows,
     _reports,
@@ -179,7 +179,7 @@ def test_offline_bench_without_tshark_says_how_to_install(
 def test_approx_top_k_contenders_rank_each_window(spark) -> None:
     from pyspark.sql import functions as F
 
-    from netmon.commands.bench_topk import build_approx_combined, build_approx_sliding
+    from cli.commands.bench_topk import build_approx_combined, build_approx_sliding
 
     t0 = 1_700_000_000
     rows = [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from netmon.cli import cli
+from cli.main import cli
 from netmon.config import Config, ConfigError, load_config
 
 

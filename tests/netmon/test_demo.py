@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from netmon.cli import cli
-from netmon.demo import demo_config
+from cli.demo import demo_config
+from cli.main import cli
 from netmon.results import read_results, results_dir
 from tests.conftest import REPO_ROOT
 from tests.pipeline.oracle import traffic_per_window

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from analytics.distinct_offline import distinct_reports
+from cli.main import cli
 from ingest import read_records
 from ingest.replay import ReplayOptions, replay
-from netmon.cli import cli
 from netmon.config import Config, DistinctQuery
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir

@@ -191,7 +191,7 @@ def test_settings_are_validated(spark) -> None:
 
 @pytest.mark.spark
 def test_filter_column_matches_the_offline_filters(spark) -> None:
-    from ingest.filters import parse_filter
+    from netmon.filters import parse_filter
 
     data = pa.table(
         {

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from analytics.topk import format_end
 from analytics.topk_merge import QueryParams
+from cli.main import cli
 from ingest import read_records
 from ingest.replay import ReplayOptions, replay
-from netmon.cli import cli
 from netmon.config import Config, TopKQuery
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir

@@ -35,7 +35,7 @@ Examples
 >>> parse_filter("proto=tpc")
 Traceback (most recent call last):
 ...
-ingest.filters.FilterError: bad filter at column 7 ('tpc'): unknown protocol name (known: ah, esp, ...)
+netmon.filters.FilterError: bad filter at column 7 ('tpc'): unknown protocol name (known: ah, esp, ...)
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.schema import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA
 
 __all__ = ["FilterError", "PacketFilter", "parse_filter", "PROTOCOL_NUMBERS"]
 

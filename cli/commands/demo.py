@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from netmon.cli import pass_config
+from cli.main import pass_config
 from netmon.config import Config
 
 
@@ -31,7 +31,7 @@ def command(
     cfg: Config, until_done: bool, capture: str | None, speed: float | None, timeout_s: float
 ) -> None:
     """Run everything on this machine and watch a capture flow through it."""
-    from netmon.demo import run_demo
+    from cli.demo import run_demo
 
     try:
         run_demo(cfg, until_done=until_done, capture=capture, timeout_s=timeout_s, speed=speed)

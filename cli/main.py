@@ -1,6 +1,6 @@
 """The ``netmon`` command: one thin front end for every part of the system.
 
-Subcommands live in ``netmon/commands/<name>.py`` as a click object named ``command`` and are
+Subcommands live in ``cli/commands/<name>.py`` as a click object named ``command`` and are
 imported only when run, so ``netmon broker status`` never imports pyspark or streamlit.
 """
 
@@ -42,20 +42,20 @@ def _module_exists(name: str) -> bool:
 
 
 COMMANDS = {
-    "alerts": "netmon.commands.alerts:command",
-    "analyze": "netmon.commands.analyze:command",
-    "bench": "netmon.commands.bench:command",
-    "broker": "netmon.commands.broker:command",
-    "capture": "netmon.commands.capture:command",
-    "config": "netmon.commands.config_cmd:command",
-    "dashboard": "netmon.commands.dashboard:command",
-    "demo": "netmon.commands.demo:command",
-    "eval": "netmon.commands.evaluate:command",
-    "parse": "netmon.commands.parse:command",
-    "pipeline": "netmon.commands.pipeline:command",
-    "replay": "netmon.commands.replay:command",
-    "samples": "netmon.commands.samples:command",
-    "setup": "netmon.commands.setup:command",
+    "alerts": "cli.commands.alerts:command",
+    "analyze": "cli.commands.analyze:command",
+    "bench": "cli.commands.bench:command",
+    "broker": "cli.commands.broker:command",
+    "capture": "cli.commands.capture:command",
+    "config": "cli.commands.config_cmd:command",
+    "dashboard": "cli.commands.dashboard:command",
+    "demo": "cli.commands.demo:command",
+    "eval": "cli.commands.evaluate:command",
+    "parse": "cli.commands.parse:command",
+    "pipeline": "cli.commands.pipeline:command",
+    "replay": "cli.commands.replay:command",
+    "samples": "cli.commands.samples:command",
+    "setup": "cli.commands.setup:command",
 }
 
 

@@ -10,8 +10,8 @@ from typing import NoReturn
 
 import click
 
-from netmon.cli import pass_config
-from netmon.commands.produced import fail, finish
+from cli.commands.produced import fail, finish
+from cli.main import pass_config
 from netmon.config import Config
 
 
@@ -66,10 +66,10 @@ def command(
 ) -> None:
     """Replay a pcap/pcapng capture (optionally gzip-compressed) into Kafka."""
     from ingest.errors import CaptureError
-    from ingest.filters import FilterError
     from ingest.generate import parse_start
     from ingest.producer import BrokerUnavailable
     from ingest.replay import ReplayOptions, replay
+    from netmon.filters import FilterError
 
     try:
         options = ReplayOptions(

@@ -10,8 +10,8 @@ from typing import NoReturn
 
 import click
 
-from netmon.cli import pass_config
-from netmon.commands.produced import fail, finish
+from cli.commands.produced import fail, finish
+from cli.main import pass_config
 from netmon.config import Config
 
 
@@ -52,8 +52,8 @@ def command(
 ) -> None:
     """Capture packet headers live (Scapy raw socket, no dissection) and produce them to Kafka."""
     from ingest.capture import CaptureOptions, LiveCaptureError, capture, list_interfaces
-    from ingest.filters import FilterError
     from ingest.producer import BrokerUnavailable
+    from netmon.filters import FilterError
 
     if list_ifaces:
         for interface in list_interfaces():

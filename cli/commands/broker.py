@@ -6,7 +6,7 @@ import json
 
 import click
 
-from netmon.cli import pass_config
+from cli.main import pass_config
 from netmon.config import Config
 
 

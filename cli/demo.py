@@ -1,7 +1,7 @@
 """``netmon demo``: the whole system on one machine, from a bundled capture to the dashboard.
 
 Broker → topic → Spark pipeline → replay of the sample capture → dashboard. The demo keeps its own
-topic (``netmon.demo.packets``) and data directory (``<data>/demo``) and resets both at each start,
+topic (``cli.demo.packets``) and data directory (``<data>/demo``) and resets both at each start,
 so a second run shows the same thing as the first.
 """
 
@@ -46,7 +46,7 @@ def demo_config(cfg: Config) -> Config:
             "data_dir": Path(cfg.paths.data_dir) / "demo",
             "state_dir": Path(cfg.paths.state_dir) / "demo",
         },
-        kafka={"packets_topic": "netmon.demo.packets", "results_topic_prefix": "netmon.demo."},
+        kafka={"packets_topic": "cli.demo.packets", "results_topic_prefix": "cli.demo."},
     )
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from netmon.cli import LazyGroup
+from cli.main import LazyGroup
 
 
 @click.group(
     "eval",
     cls=LazyGroup,
     lazy={
-        "topk": "netmon.commands.eval_topk:command",
-        "distinct": "netmon.commands.eval_distinct:command",
-        "shedding": "netmon.commands.eval_shedding:command",
-        "join": "netmon.commands.eval_join:command",
+        "topk": "cli.commands.eval_topk:command",
+        "distinct": "cli.commands.eval_distinct:command",
+        "shedding": "cli.commands.eval_shedding:command",
+        "join": "cli.commands.eval_join:command",
     },
 )
 def command() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from netmon.cli import pass_config
+from cli.main import pass_config
 from netmon.config import Config
 
 

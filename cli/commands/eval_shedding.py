@@ -22,7 +22,7 @@ from analytics.join_eval import (
     write_report,
 )
 from analytics.join_queries import QUERY_NAMES, HandshakeQuery, LinkQuery
-from netmon.commands.analyze_join import _seconds
+from cli.commands.analyze_join import _seconds
 
 
 def _budgets(ctx: click.Context, param: click.Parameter, value: str) -> list[float]:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from netmon.cli import LazyGroup
+from cli.main import LazyGroup
 
 
 @click.group(
     "analyze",
     cls=LazyGroup,
     lazy={
-        "topk": "netmon.commands.analyze_topk:command",
-        "distinct": "netmon.commands.analyze_distinct:command",
-        "shedding": "netmon.commands.analyze_shedding:command",
-        "join": "netmon.commands.analyze_join:command",
+        "topk": "cli.commands.analyze_topk:command",
+        "distinct": "cli.commands.analyze_distinct:command",
+        "shedding": "cli.commands.analyze_shedding:command",
+        "join": "cli.commands.analyze_join:command",
     },
 )
 def command() -> None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import click
 
-from netmon.cli import LazyGroup
+from cli.main import LazyGroup
 
 
 @click.group(
     "bench",
     cls=LazyGroup,
     lazy={
-        "ingest": "netmon.commands.bench_ingest:command",
-        "topk": "netmon.commands.bench_topk:command",
-        "topk-offline": "netmon.commands.bench_topk:offline_command",
-        "distinct": "netmon.commands.bench_distinct:command",
-        "join": "netmon.commands.bench_join:command",
+        "ingest": "cli.commands.bench_ingest:command",
+        "topk": "cli.commands.bench_topk:command",
+        "topk-offline": "cli.commands.bench_topk:offline_command",
+        "distinct": "cli.commands.bench_distinct:command",
+        "join": "cli.commands.bench_join:command",
     },
 )
 def command() -> None:

@@ -604,7 +604,7 @@ def _netmon_argv() -> list[str]:
     script = Path(sys.executable).with_name("netmon")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "netmon.cli"]
+    return [sys.executable, "-m", "cli.main"]
 
 
 #: Runs argv[2:] with stdout to argv[1]; prints its wall time and rusage as JSON. A small process of

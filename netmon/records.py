@@ -7,9 +7,11 @@ Absent fields are null.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "RECORD_COLUMNS", "WIRE_FORMAT", "WIRE_VERSION", "SPARK_DDL"]
+__all__ = ["ARROW_SCHEMA", "RECORD_COLUMNS", "SPARK_DDL", "WIRE_FORMAT", "WIRE_VERSION", "parse_key"]
 
 #: Wire-format name and version, sent as Kafka headers ``netmon.format`` / ``netmon.version``.
 WIRE_FORMAT = "packets-csv"
@@ -49,3 +51,22 @@ SPARK_DDL = (
     "tcp_seq BIGINT, tcp_ack BIGINT, tcp_window INT, icmp_type SMALLINT, icmp_code SMALLINT, "
     "vlan INT, iface STRING"
 )
+
+#: Columns that are not key fields (every record has its own time).
+_NOT_KEYS = {"ts"}
+
+
+def parse_key(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """``"src_ip,dst_ip"`` or ``("src_ip", "dst_ip")`` -> validated tuple of column names.
+
+    >>> parse_key("proto, dst_port")
+    ('proto', 'dst_port')
+    """
+    fields = tuple(f.strip() for f in (spec.split(",") if isinstance(spec, str) else spec) if f.strip())
+    if not fields:
+        raise ValueError("key: empty key specification")
+    for f in fields:
+        if f not in RECORD_COLUMNS or f in _NOT_KEYS:
+            allowed = ", ".join(c for c in RECORD_COLUMNS if c not in _NOT_KEYS)
+            raise ValueError(f"key: unknown field {f!r} (one of: {allowed})")
+    return fields

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from alerts.config import AlertsConfig, alerts_config
-from netmon.cli import pass_config
+from cli.main import pass_config
 from netmon.config import Config, ConfigError
 
 pass_alerts = click.make_pass_decorator(AlertsConfig)
