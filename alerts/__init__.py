@@ -6,13 +6,13 @@ evaluates the rules (:mod:`alerts.rules`), writes every firing and resolution to
 (:mod:`alerts.delivery`). Receivers check the signature with :func:`alerts.verify.verify`.
 See ``docs/alerts.md``.
 
-This package module imports only the two standard-library modules below, so that
-``netmon.config`` can import the configuration classes without a cycle.
+The ``[alerts]`` section's classes live on the ground floor (:mod:`netmon.config.alerts`, one
+loader for every section) and are re-exported here.
 """
 
 from __future__ import annotations
 
-from alerts.config import AlertRule, AlertsConfig, AlertTarget
 from alerts.verify import SignatureError, sign, verify
+from netmon.config import AlertRule, AlertsConfig, AlertTarget
 
 __all__ = ["AlertRule", "AlertTarget", "AlertsConfig", "SignatureError", "sign", "verify"]

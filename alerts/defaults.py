@@ -1,9 +1,10 @@
 """Built-in alert rules for the sample scenarios, with the measurements behind their thresholds.
 
-They read the result rows of the default queries in ``netmon.config.QueriesConfig`` (60 s windows,
-1 s sub-windows) and the joins and shedding rows of ``pipeline.joins``. Thresholds were set from
-exact counts over the bundled samples (``samples/*.pcap``); their background traffic is
-Zipf-skewed, so one host is always busy. Baseline maximum vs attack sample:
+They read the result rows of the default queries in ``netmon.config.QueriesConfig`` (distinct
+counts: 60 s windows, top-k: 10 s windows, both in 1 s sub-windows) and the joins and shedding
+rows of ``pipeline.joins``. Thresholds were set from exact counts over the bundled samples
+(``samples/*.pcap``); their background traffic is Zipf-skewed, so one host is always busy.
+Baseline maximum vs attack sample:
 
 - ``ddos``: distinct sources per destination (60 s): 92 (a DNS resolver) vs 305 (ddos) and 788
   (syn-flood, spoofed).
@@ -20,7 +21,7 @@ A configured ``[[alerts.rules]]`` with the same name replaces a built-in one;
 
 from __future__ import annotations
 
-from alerts.config import AlertRule, AlertsConfig
+from netmon.config import AlertRule, AlertsConfig
 
 __all__ = ["DEFAULT_RULES", "effective_rules"]
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alerts.config import SEVERITIES, AlertsConfig, AlertTarget
 from alerts.outbox import Delivery, Outbox
 from alerts.rules import Notification, iso
 from alerts.verify import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from netmon.config import SEVERITIES, AlertsConfig, AlertTarget
 
 __all__ = [
     "Attempt",

@@ -38,6 +38,7 @@ idempotency key of a notification is ``event_id`` = ``<episode_id>:<status>``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -46,7 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from alerts.config import AlertRule, parse_comparison
+from netmon.config import AlertRule, parse_comparison
 
 __all__ = [
     "TIME_COLUMNS",
@@ -227,7 +228,8 @@ class Notification:
     last_seen: float | None
     at: float
     summary: str
-    labels: dict[str, str] = field(default_factory=dict)
+    # dataclasses.field: in this class body, `field` names the rule's field (above)
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: state changes of this subject swallowed by the rearm limit before this notification
     suppressed: int = 0
 
@@ -314,7 +316,7 @@ class RuleEngine:
 
     Examples
     --------
-    >>> from alerts.config import AlertRule
+    >>> from netmon.config import AlertRule
     >>> rule = AlertRule(name="ddos", source="distinct", field="distinct", threshold=200,
     ...                  subject="group", subject_label="victim", cooldown_s=0)
     >>> engine = RuleEngine([rule])

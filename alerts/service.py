@@ -36,12 +36,11 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener
 
-from alerts.config import AlertRule, AlertsConfig
 from alerts.defaults import effective_rules
 from alerts.delivery import Deliverer, routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import Notification, RuleEngine
-from netmon.config import Config
+from netmon.config import AlertRule, AlertsConfig, Config
 from netmon.results import result_topic
 
 __all__ = ["CRASH_ENV", "AlertService", "BatchResult", "result_topic"]
@@ -67,7 +66,7 @@ class AlertService:
     cfg
         netmon's configuration (Kafka, state directory).
     alerts
-        The ``[alerts]`` section (``alerts.config.alerts_config(cfg)``).
+        The ``[alerts]`` section (``netmon.config.alerts_config(cfg)``).
     rules
         The rules to evaluate (default: :func:`alerts.defaults.effective_rules`).
     """

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from netmon.records import parse_key
+from netmon.columns import parse_key
 
 __all__ = ["KEY_SEPARATOR", "as_numpy", "key_codes", "key_text", "parse_key", "weight_values", "weights"]
 
@@ -143,9 +143,9 @@ def key_codes(
     else:
         # Mixed radix over the fields' dictionary indices, then the distinct combinations.
         combined = np.zeros(n, np.int64)
-        for (indices, _), size in zip(parts, sizes, strict=True):
+        for (field_codes, _), size in zip(parts, sizes, strict=True):
             combined *= size
-            combined += indices
+            combined += field_codes
         if valid is not None:
             combined[~valid] = 0
         enc = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(combined)]).dictionary_encode()

@@ -1,11 +1,11 @@
 """The ground floor: the contracts every part of netmon shares. It imports no other netmon package.
 
 ``config`` the TOML configuration (every section, ``[alerts]`` included) and its one loader;
-``records`` the packet-header record (columns, Arrow schema, wire-format name and Spark DDL);
-``filters`` the filter-expression grammar over records; ``results`` the results format (result
-directories and topics, commit logs, ``read_results``); ``logs`` quiet, structured logging;
-``jvm_deps`` the JVM jars from Maven Central; ``broker`` the local KRaft Kafka broker;
-``kafka_admin`` topic helpers.
+``columns`` the record's column names and key specs (no pyarrow); ``records`` the packet-header
+record (Arrow schema, wire-format name and Spark DDL); ``filters`` the filter-expression grammar
+over records; ``results`` the results format (result directories and topics, commit logs,
+``read_results``); ``logs`` quiet, structured logging; ``jvm_deps`` the JVM jars from Maven
+Central; ``broker`` the local KRaft Kafka broker; ``kafka_admin`` topic helpers.
 
 Every other package (``ingest``, ``analytics``, ``pipeline``, ``alerts``, ``dashboard``, ``bench``)
 stands on this one; the command line (``cli``) is the top floor (``README.md``, "Architecture").
@@ -15,6 +15,7 @@ stands on this one; the command line (``cli``) is the top floor (``README.md``, 
 
 __all__ = [
     "broker",
+    "columns",
     "config",
     "filters",
     "jvm_deps",

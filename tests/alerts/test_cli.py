@@ -11,12 +11,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 import cli.main
-from alerts.config import AlertRule, AlertsConfig, AlertTarget
 from alerts.delivery import routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import RuleEngine
 from cli.commands.alerts import command
-from netmon.config import Config
+from netmon.config import AlertRule, AlertTarget, Config
 from tests.alerts.helpers import SECRET, distinct_row
 from tests.alerts.receiver import Receiver
 
@@ -165,26 +164,20 @@ def test_registered_in_the_netmon_command() -> None:
     )
 
 
-def test_config_section_compatible_with_netmon_loader(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``[alerts]`` through netmon.config's own loader, with the registration the lead adds."""
-    import netmon.config as nc
+def test_alerts_section_through_the_one_loader(tmp_path: Path) -> None:
+    """``[alerts]`` is read by netmon.config's loader like every section (no loader of its own)."""
+    from netmon.config import load_alerts, load_config
 
-    raw = {
-        "group_id": "g",
-        "rules": [
-            {"name": "r", "source": "topk", "field": "share", "threshold": 1, "where": {"total": ">= 5"}}
-        ],
-        "targets": [
-            {"name": "t", "url": "https://x.example/h", "secret": "s", "rules": ["r"], "labels": {"a": "b"}}
-        ],
-    }
-    for name, cls in (("AlertRule", AlertRule), ("AlertTarget", AlertTarget)):
-        monkeypatch.setitem(nc._QUERY_TYPES, name, cls)
-    section = nc._section("netmon.toml [alerts]", AlertsConfig, raw)
-    assert section.rules[0].threshold == 1.0 and section.targets[0].rules == ("r",)
-    if "alerts" in {f.name for f in nc.dataclasses.fields(nc.Config)}:
-        toml = tmp_path / "netmon.toml"
-        toml.write_text('[alerts]\n[[alerts.targets]]\nname = "t"\nurl = "https://x.example/h"\n')
-        assert nc.load_config(toml, env={}).alerts.targets[0].name == "t"  # type: ignore[attr-defined]
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(
+        '[alerts]\ngroup_id = "g"\n'
+        '[[alerts.rules]]\nname = "r"\nsource = "topk"\nfield = "share"\nthreshold = 1\n'
+        'where = { total = ">= 5" }\n'
+        '[[alerts.targets]]\nname = "t"\nurl = "https://x.example/h"\nsecret = "s"\nrules = ["r"]\n'
+        'labels = { a = "b" }\n'
+    )
+    section = load_config(toml, env={}).alerts
+    assert section == load_alerts(toml)
+    assert section.group_id == "g" and section.rules[0].threshold == 1.0
+    assert section.rules[0].where == {"total": ">= 5"}
+    assert section.targets[0].rules == ("r",) and section.targets[0].labels == {"a": "b"}

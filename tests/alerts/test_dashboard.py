@@ -8,9 +8,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from alerts.config import AlertRule
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import RuleEngine
+from netmon.config import AlertRule
 from tests.alerts.helpers import distinct_row
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard"

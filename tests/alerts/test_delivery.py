@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertRule, AlertsConfig, AlertTarget
 from alerts.delivery import Deliverer, build_test_alert, post, routes
 from alerts.outbox import Outbox
 from alerts.rules import Notification, RuleEngine
 from alerts.verify import SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, sign, verify
+from netmon.config import AlertRule, AlertsConfig, AlertTarget
 from tests.alerts.helpers import SECRET, distinct_row
 from tests.alerts.receiver import Receiver, free_port
 

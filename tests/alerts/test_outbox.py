@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertRule
 from alerts.outbox import Outbox
 from alerts.rules import Notification, RuleEngine
+from netmon.config import AlertRule
 from tests.alerts.helpers import distinct_row
 
 RULE = AlertRule(

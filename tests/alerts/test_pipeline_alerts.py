@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertsConfig, AlertTarget
 from alerts.rules import event_time
 from alerts.service import AlertService
 from ingest.generate import parse_start
 from ingest.replay import ReplayOptions, replay
-from netmon.config import Config
+from netmon.config import AlertsConfig, AlertTarget, Config
 from netmon.kafka_admin import recreate_topic
 from pipeline.job import start_pipeline
 from tests.alerts.helpers import SECRET

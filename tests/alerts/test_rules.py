@@ -8,9 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from alerts.config import AlertRule
 from alerts.defaults import DEFAULT_RULES
 from alerts.rules import RuleEngine, alert_id, event_time
+from netmon.config import AlertRule
 from tests.alerts.helpers import T0, at, distinct_row
 
 DDOS = AlertRule(

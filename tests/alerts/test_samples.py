@@ -58,7 +58,7 @@ def distinct_rows(table: pa.Table) -> list[dict]:
 
 
 def topk_rows(table: pa.Table, window_s: int = 10) -> list[dict]:
-    """``top-sources`` with a 10 s window: the default 60 s one gives no report on a 57 s capture."""
+    """``top-sources`` as the default query computes it: a 10 s window of 1 s sub-windows."""
     ts = table.column("ts").to_pandas()
     rows = []
     topk = OfflineTopK("src_ip", N=f"{window_s}s", b="1s", k=10, time_based=True, exact=True)

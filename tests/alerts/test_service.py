@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertRule, AlertsConfig, AlertTarget
 from alerts.outbox import Outbox, outbox_path
 from alerts.service import CRASH_ENV, CRASH_EXIT_CODE, AlertService, result_topic
-from netmon.config import Config
+from netmon.config import AlertRule, AlertsConfig, AlertTarget, Config
 from tests.alerts.helpers import SECRET, at, distinct_row, produce
 from tests.alerts.receiver import Receiver, free_port
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.config import AlertRule, AlertTarget
 from alerts.defaults import DEFAULT_RULES
 from alerts.delivery import post, render
 from alerts.rules import RuleEngine
 from alerts.verify import SignatureError, sign, verify
+from netmon.config import AlertRule, AlertTarget
 from tests.alerts.helpers import SECRET, distinct_row
 from tests.alerts.receiver import Receiver
 
@@ -117,7 +117,7 @@ def test_docs_flapping_claim() -> None:
 
 
 def test_docs_config_examples_load(tmp_path: Path) -> None:
-    from alerts.config import load_alerts
+    from netmon.config import load_alerts
 
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
     assert len(blocks) == 2

@@ -25,9 +25,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from alerts.config import load_alerts
 from cli.main import cli
-from netmon.config import Config, load_config
+from netmon.config import Config, load_alerts, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

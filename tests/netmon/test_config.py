@@ -253,3 +253,103 @@ def test_join_settings_are_checked_however_they_are_built() -> None:
         JoinQuery(name="w", query="link", left="iface=eth0")
     with pytest.raises(ConfigError, match=r"\[\[queries\.join\]\] name: query names must be unique"):
         QueriesConfig(join=(JoinQuery(name="a"), JoinQuery(name="a")))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[queries.topk]]\nname = "t"\nk = 0\n', "[[queries.topk]] 't' k: expected an integer >= 1, got 0"),
+        (
+            '[[queries.topk]]\nname = "t"\nwindow_s = 1.0\nsub_window_s = 0.3\n',
+            "[[queries.topk]] 't' window_s: expected a multiple of sub_window_s = 0.3, got 1.0",
+        ),
+        (
+            '[[queries.topk]]\nname = "t"\nsub_window_s = 0.0000005\n',
+            "[[queries.topk]] 't' sub_window_s: expected a whole number of microseconds",
+        ),
+        (
+            '[[queries.topk]]\nname = "t"\nkey = "src_ip,nope"\n',
+            "[[queries.topk]] 't' key: key: unknown field 'nope'",
+        ),
+        (
+            '[[queries.topk]]\nname = "t"\nweight = "pkts"\n',
+            "[[queries.topk]] 't' weight: expected 'packets' or",
+        ),
+        ('[[queries.topk]]\nname = ""\n', "[[queries.topk]] name: expected a non-empty query name"),
+        (
+            '[[queries.distinct]]\nname = "d"\nlg_k = 30\n',
+            "[[queries.distinct]] 'd' lg_k: expected an integer in 4..21",
+        ),
+        (
+            '[[queries.distinct]]\nname = "d"\ngroup_by = "dts"\n',
+            "[[queries.distinct]] 'd' group_by: key: unknown",
+        ),
+        (
+            '[[queries.distinct]]\nname = "d"\nwindow_s = 0\n',
+            "[[queries.distinct]] 'd' window_s: expected a number > 0",
+        ),
+        ("[kafka]\nport = 70000\n", "[kafka] port: expected a port in 1..65535, got 70000"),
+        ("[kafka]\npartitions = 0\n", "[kafka] partitions: expected an integer >= 1, got 0"),
+        ("[dashboard]\nport = 0\n", "[dashboard] port: expected a port in 1..65535, got 0"),
+        ("[dashboard]\nrefresh_s = 0\n", "[dashboard] refresh_s: expected a number > 0"),
+        ('[pipeline]\nkinds = ["trafic"]\n', "[pipeline] kinds: expected kinds among traffic, topk"),
+        ("[pipeline]\nwatermark_s = -1\n", "[pipeline] watermark_s: expected a number >= 0"),
+        ('[ingest]\ncompression = "brotli"\n', "[ingest] compression: expected one of lz4, zstd"),
+        ("[spark]\nshuffle_partitions = 0\n", "[spark] shuffle_partitions: expected an integer >= 1"),
+        (
+            '[[alerts.targets]]\nname = "t"\nurl = "http://a..b/"\n',
+            "[[alerts.targets]] 't' url: expected an http:// or https:// URL with a host name, got '<hidden",
+        ),
+        (
+            '[[alerts.targets]]\nname = "t"\nurl = "https://x:99999/"\n',
+            "[[alerts.targets]] 't' url: expected",
+        ),
+        ('[[alerts.targets]]\nname = "t"\nurl = "ftp://x/"\n', "[[alerts.targets]] 't' url: expected"),
+    ],
+)
+def test_every_value_is_checked_at_load_time(tmp_path: Path, text: str, message: str) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(toml, env={})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_good_values_load_and_urls_with_ports_and_ipv6_pass(tmp_path: Path) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(
+        '[[queries.topk]]\nname = "t"\nwindow_s = 1.5\nsub_window_s = 0.5\nk = 1\n'
+        '[[alerts.targets]]\nname = "a"\nurl = "http://127.0.0.1:8080/hook"\n'
+        '[[alerts.targets]]\nname = "b"\nurl = "https://[::1]:9443/h"\n'
+    )
+    cfg = load_config(toml, env={})
+    assert cfg.queries.topk[0].window_s == 1.5 and [t.name for t in cfg.alerts.targets] == ["a", "b"]
+
+
+def test_one_loader_types_fields_from_annotations_without_eval() -> None:
+    import inspect
+
+    import netmon.config.loader as loader
+
+    assert "eval(" not in inspect.getsource(loader)
+    assert not hasattr(loader, "_QUERY_TYPES")
+
+
+def test_record_columns_without_pyarrow_match_the_arrow_schema() -> None:
+    from netmon.columns import RECORD_COLUMNS
+    from netmon.records import ARROW_SCHEMA
+
+    assert RECORD_COLUMNS == tuple(ARROW_SCHEMA.names)
+
+
+def test_loading_the_configuration_imports_no_pyarrow() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, netmon.config as c; c.load_config(None, env={}); print('pyarrow' in sys.modules)"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )

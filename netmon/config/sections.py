@@ -1,37 +1,28 @@
-"""netmon's configuration: one optional TOML file, defaults built in, environment overrides.
+"""The sections of ``netmon.toml`` (all but ``[alerts]``, in :mod:`netmon.config.alerts`).
 
-Each ``netmon.toml`` section is a frozen, keyword-only dataclass; :class:`Config` composes them.
-Defaults live only in the dataclasses. Unknown sections or keys, wrong types and bad values are
-errors that name the section and key (``[[queries.join]]``, ``[shedding]`` and ``[alerts]`` check
-their values in ``__post_init__``, when the section is built). Environment variables override the
-file:
-
-==========================  ==========================================
-``NETMON_CONFIG``           path of the TOML file (same as ``--config``)
-``NETMON_STATE_DIR``        ``[paths] state_dir``
-``NETMON_DATA_DIR``         ``[paths] data_dir``
-``NETMON_CACHE_DIR``        ``[paths] cache_dir``
-``NETMON_BOOTSTRAP_SERVERS`` ``[kafka] bootstrap_servers``
-==========================  ==========================================
+Each section is a frozen, keyword-only dataclass whose ``__post_init__`` checks every value, so a
+section is valid however it is built (from TOML by :func:`netmon.config.load_config`, or in code
+with ``Config().replace(...)``); errors are one line naming the section and key.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import os
-import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alerts.config import AlertRule, AlertsConfig, AlertTarget
+from netmon.columns import parse_key
+from netmon.config.checks import ConfigError, expect, port, positive
 
 __all__ = [
+    "BUDGET_SCOPES",
+    "COMPRESSIONS",
     "JOIN_QUERY_KINDS",
-    "Config",
-    "ConfigError",
+    "RESULT_KINDS",
+    "SHEDDING_STRATEGIES",
     "DashboardConfig",
     "DistinctQuery",
     "IngestConfig",
@@ -40,27 +31,63 @@ __all__ = [
     "PathsConfig",
     "PipelineConfig",
     "QueriesConfig",
-    "SHEDDING_STRATEGIES",
     "SheddingConfig",
     "SparkConfig",
     "TopKQuery",
     "check_unique_names",
-    "load_config",
 ]
 
+#: The result kinds the pipeline can run (``[pipeline] kinds``), each written to
+#: ``results/<kind>/`` and republished on ``<prefix><kind>``; alert rules read them too.
+RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding")
+#: Producer compression codecs Kafka clients share (``[ingest] compression``).
+COMPRESSIONS: tuple[str, ...] = ("lz4", "zstd", "gzip", "snappy", "none")
+#: Smallest unit of a window: Spark's timestamps are microseconds.
+_US = 1_000_000
 #: The kinds of ``[[queries.join]]`` query (``query = ...``).
 JOIN_QUERY_KINDS = ("handshake", "link")
 #: The streaming join's load-shedding strategies (seed 003 §3.3; ``analytics.join_cost``).
 SHEDDING_STRATEGIES: tuple[str, ...] = ("none", "cf", "inp", "pni")
 
 
-class ConfigError(ValueError):
-    """A configuration problem, naming the file, section and key."""
-
-
 def _xdg(var: str, fallback: str) -> Path:
     base = os.environ.get(var)
     return Path(base) if base else Path.home() / fallback
+
+
+def _query(kind: str, name: str) -> str:
+    """``[[queries.<kind>]] 'name'``, after checking the name is not empty."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"[[queries.{kind}]] name: expected a non-empty query name, got {name!r}")
+    return f"[[queries.{kind}]] {name!r}"
+
+
+def _key(where: str, key: str, spec: str) -> None:
+    try:
+        parse_key(spec)
+    except ValueError as exc:
+        raise ConfigError(f"{where} {key}: {exc}") from None
+
+
+def _windows(where: str, window_s: float, sub_window_s: float) -> None:
+    """A sub-window of whole microseconds (Spark's precision) that divides the window."""
+    for key, value in (("window_s", window_s), ("sub_window_s", sub_window_s)):
+        positive(where, key, value)
+    b_us, n_us = round(sub_window_s * _US), round(window_s * _US)
+    expect(
+        b_us >= 1 and math.isclose(b_us, sub_window_s * _US, abs_tol=1e-6),
+        where,
+        "sub_window_s",
+        "a whole number of microseconds",
+        sub_window_s,
+    )
+    expect(
+        n_us >= b_us and n_us % b_us == 0 and math.isclose(n_us, window_s * _US, abs_tol=1e-6),
+        where,
+        "window_s",
+        f"a multiple of sub_window_s = {sub_window_s:g}",
+        window_s,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +119,20 @@ class KafkaConfig:
     heap: str = "512m"
     start_timeout_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        where = "[kafka]"
+        expect(bool(self.host.strip()), where, "host", "a host name or address", self.host)
+        port(where, "port", self.port)
+        port(where, "controller_port", self.controller_port)
+        expect(
+            self.port != self.controller_port, where, "controller_port", "a port other than port", self.port
+        )
+        for key in ("packets_topic", "results_topic_prefix"):
+            value = getattr(self, key)
+            expect(bool(value) and not any(c.isspace() for c in value), where, key, "a topic name", value)
+        expect(self.partitions >= 1, where, "partitions", "an integer >= 1", self.partitions)
+        positive(where, "start_timeout_s", self.start_timeout_s)
+
     @property
     def bootstrap(self) -> str:
         return self.bootstrap_servers or f"{self.host}:{self.port}"
@@ -108,6 +149,32 @@ class SparkConfig:
     driver_memory: str = "1g"
     log_level: str = "WARN"
 
+    def __post_init__(self) -> None:
+        where = "[spark]"
+        expect(bool(self.master.strip()), where, "master", "a Spark master URL such as local[*]", self.master)
+        expect(
+            self.shuffle_partitions >= 1,
+            where,
+            "shuffle_partitions",
+            "an integer >= 1",
+            self.shuffle_partitions,
+        )
+        expect(
+            self.max_offsets_per_trigger >= 0,
+            where,
+            "max_offsets_per_trigger",
+            "an integer >= 0 (0: no limit)",
+            self.max_offsets_per_trigger,
+        )
+        levels = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
+        expect(
+            self.log_level.upper() in levels,
+            where,
+            "log_level",
+            f"one of {', '.join(levels)}",
+            self.log_level,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineConfig:
@@ -121,6 +188,14 @@ class PipelineConfig:
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
 
+    def __post_init__(self) -> None:
+        where = "[pipeline]"
+        positive(where, "traffic_window_s", self.traffic_window_s)
+        positive(where, "watermark_s", self.watermark_s, zero=True)
+        positive(where, "trigger_s", self.trigger_s)
+        for kind in self.kinds:
+            expect(kind in RESULT_KINDS, where, "kinds", f"kinds among {', '.join(RESULT_KINDS)}", kind)
+
 
 @dataclass(frozen=True, kw_only=True)
 class IngestConfig:
@@ -130,12 +205,35 @@ class IngestConfig:
     #: the capture `netmon demo` replays, relative to the repository (or absolute)
     demo_capture: str = "samples/mixed-small.pcap"
 
+    def __post_init__(self) -> None:
+        where = "[ingest]"
+        expect(
+            self.records_per_message >= 1,
+            where,
+            "records_per_message",
+            "an integer >= 1",
+            self.records_per_message,
+        )
+        expect(self.linger_ms >= 0, where, "linger_ms", "an integer >= 0", self.linger_ms)
+        expect(
+            self.compression in COMPRESSIONS,
+            where,
+            "compression",
+            f"one of {', '.join(COMPRESSIONS)}",
+            self.compression,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class DashboardConfig:
     host: str = "127.0.0.1"
     port: int = 8501
     refresh_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        expect(bool(self.host.strip()), "[dashboard]", "host", "a host name or address", self.host)
+        port("[dashboard]", "port", self.port)
+        positive("[dashboard]", "refresh_s", self.refresh_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +250,13 @@ class TopKQuery:
     sub_window_s: float = 1.0
     k: int = 10
 
+    def __post_init__(self) -> None:
+        where = _query("topk", self.name)
+        _key(where, "key", self.key)
+        expect(self.weight in ("packets", "bytes"), where, "weight", "'packets' or 'bytes'", self.weight)
+        _windows(where, self.window_s, self.sub_window_s)
+        expect(self.k >= 1, where, "k", "an integer >= 1", self.k)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DistinctQuery:
@@ -165,6 +270,16 @@ class DistinctQuery:
     sub_window_s: float = 1.0
     lg_k: int = 12
     top: int = 20
+
+    def __post_init__(self) -> None:
+        where = _query("distinct", self.name)
+        _key(where, "count", self.count)
+        if self.group_by.strip():
+            _key(where, "group_by", self.group_by)
+        _windows(where, self.window_s, self.sub_window_s)
+        # The HLL sketches' range (DataSketches and Spark's hll_sketch_agg: 4..21).
+        expect(4 <= self.lg_k <= 21, where, "lg_k", "an integer in 4..21", self.lg_k)
+        expect(self.top >= 0, where, "top", "an integer >= 0 (0: every group)", self.top)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +310,7 @@ class JoinQuery:
     cpu_share: float | None = None
 
     def __post_init__(self) -> None:
-        where = f"[[queries.join]] {self.name!r}"
+        where = _query("join", self.name)
         if self.query not in JOIN_QUERY_KINDS:
             raise ConfigError(
                 f"{where} query: expected one of {', '.join(JOIN_QUERY_KINDS)}, got {self.query!r}"
@@ -210,16 +325,12 @@ class JoinQuery:
         if self.cpu_share is not None and not 0 < self.cpu_share <= 1:
             raise ConfigError(f"{where} cpu_share: expected a fraction in (0, 1], got {self.cpu_share!r}")
         if self.query == "link":
-            # Imported here: both need pyarrow, which the handshake default and the CLI's start skip.
+            # Imported here: the filter grammar needs pyarrow, which the CLI's start skips.
             from netmon.filters import parse_filter
-            from netmon.records import parse_key
 
             for name in ("key", "right_key"):
                 if getattr(self, name):
-                    try:
-                        parse_key(getattr(self, name))
-                    except ValueError as exc:
-                        raise ConfigError(f"{where} {name}: {exc}") from None
+                    _key(where, name, getattr(self, name))
             for name in ("left", "right"):
                 if not getattr(self, name).strip():
                     raise ConfigError(f"{where} {name}: a link query needs a filter expression")
@@ -251,6 +362,8 @@ class QueriesConfig:
     join: tuple[JoinQuery, ...] = (JoinQuery(name="handshake"),)
 
     def __post_init__(self) -> None:
+        check_unique_names("topk", self.topk)
+        check_unique_names("distinct", self.distinct)
         check_unique_names("join", self.join)
         shares = [q.cpu_share for q in self.join if q.cpu_share is not None]
         if sum(shares) > 1 + 1e-9:
@@ -311,144 +424,3 @@ class SheddingConfig:
                 raise ConfigError(
                     f"[shedding] {name}: expected a fraction in [0, 1], got {getattr(self, name)!r}"
                 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Config:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    kafka: KafkaConfig = field(default_factory=KafkaConfig)
-    spark: SparkConfig = field(default_factory=SparkConfig)
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    ingest: IngestConfig = field(default_factory=IngestConfig)
-    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
-    queries: QueriesConfig = field(default_factory=QueriesConfig)
-    #: the join operator's load shedding (the join queries themselves are ``[[queries.join]]``)
-    shedding: SheddingConfig = field(default_factory=SheddingConfig)
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    #: the TOML file this came from, if any
-    source: Path | None = None
-
-    def replace(self, **sections: Any) -> Config:
-        """A copy with some keys of some sections changed: ``cfg.replace(kafka={"port": 9999})``."""
-        changes = {
-            name: dataclasses.replace(getattr(self, name), **values) for name, values in sections.items()
-        }
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for f in dataclasses.fields(self):
-            if f.name == "source":
-                continue
-            out[f.name] = _plain(getattr(self, f.name))
-        return out
-
-
-_QUERY_TYPES = {
-    "TopKQuery": TopKQuery,
-    "DistinctQuery": DistinctQuery,
-    "JoinQuery": JoinQuery,
-    "AlertRule": AlertRule,
-    "AlertTarget": AlertTarget,
-}
-
-_ENV_OVERRIDES = {
-    "NETMON_STATE_DIR": ("paths", "state_dir"),
-    "NETMON_DATA_DIR": ("paths", "data_dir"),
-    "NETMON_CACHE_DIR": ("paths", "cache_dir"),
-    "NETMON_BOOTSTRAP_SERVERS": ("kafka", "bootstrap_servers"),
-}
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        # Secrets (fields declared repr=False) are never printed.
-        return {
-            f.name: "***" if not f.repr and getattr(value, f.name) else _plain(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-        }
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return str(value) if isinstance(value, Path) else value
-
-
-def _coerce(where: str, value: Any, annotation: Any) -> Any:
-    """Check ``value`` against a (string) annotation from a config dataclass."""
-    hint = eval(annotation, {"Path": Path, **_QUERY_TYPES}) if isinstance(annotation, str) else annotation  # noqa: S307
-    if typing.get_origin(hint) is tuple and typing.get_args(hint)[0] is str:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: expected an array of strings, got {value!r}")
-        return tuple(value)
-    if typing.get_origin(hint) is tuple:
-        item = typing.get_args(hint)[0]
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected an array of tables ([[...]]), got {type(value).__name__}")
-        items = tuple(_section(f"{where}[{i}]", item, v) for i, v in enumerate(value))
-        names = [getattr(q, "name", None) for q in items]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"{where}: query names must be unique, got {names}")
-        return items
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None:
-            return None
-        hint = options[0]
-    if hint is Path:
-        if not isinstance(value, str | Path):
-            raise ConfigError(f"{where}: expected a path (string), got {type(value).__name__}")
-        return Path(value).expanduser()
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is bool or hint is int or hint is str or hint is float:
-        if type(value) is not hint:
-            raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
-        return value
-    return value
-
-
-def _section(where: str, cls: type, raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    required = sorted(
-        f.name
-        for f in known.values()
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in raw
-    )
-    if required:
-        raise ConfigError(f"{where}: missing required key {required[0]!r}")
-    return cls(**{k: _coerce(f"{where}.{k}", v, known[k].type) for k, v in raw.items()})
-
-
-def load_config(path: str | Path | None = None, *, env: typing.Mapping[str, str] | None = None) -> Config:
-    """Read ``path`` (or ``$NETMON_CONFIG``; built-in defaults when neither), then apply env overrides."""
-    env = os.environ if env is None else env
-    path = path or env.get("NETMON_CONFIG") or None
-    raw: dict[str, Any] = {}
-    source = None
-    if path:
-        source = Path(path).expanduser()
-        try:
-            with source.open("rb") as fh:
-                raw = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: configuration file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source}: invalid TOML: {exc}") from None
-    for var, (section, key) in _ENV_OVERRIDES.items():
-        if env.get(var):
-            raw.setdefault(section, {})[key] = env[var]
-    where = str(source) if source else "config"
-    sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
-    unknown = sorted(set(raw) - set(sections))
-    if unknown:
-        raise ConfigError(f"{where}: unknown section [{unknown[0]}] (known: {', '.join(sorted(sections))})")
-    built = {}
-    for name in sections:
-        if name in raw:
-            cls = typing.get_type_hints(Config)[name]
-            built[name] = _section(f"{where} [{name}]", cls, raw[name])
-    return Config(**built, source=source)

@@ -1,12 +1,11 @@
 """The ``[alerts]`` section of ``netmon.toml``: rules, webhook targets, delivery settings.
 
-Frozen keyword-only dataclasses, like the other sections of :mod:`netmon.config`, which composes
-:class:`AlertsConfig` as ``Config.alerts``. Rules are ``[[alerts.rules]]`` tables and targets
-``[[alerts.targets]]`` tables. Secrets (``secret``, ``routing_key``, and ``url``, since chat
-webhook URLs embed a token) are ``field(repr=False)`` and can come from environment variables
+Frozen keyword-only dataclasses, like the other sections (:mod:`netmon.config.sections`);
+:class:`netmon.config.Config` composes :class:`AlertsConfig` as ``Config.alerts`` and the one
+loader (:func:`netmon.config.load_config`) builds it. Rules are ``[[alerts.rules]]`` tables and
+targets ``[[alerts.targets]]`` tables. Secrets (``secret``, ``routing_key``, and ``url``, since
+chat webhook URLs embed a token) are ``field(repr=False)`` and can come from environment variables
 (``secret_env``, ``routing_key_env``) instead of the file.
-
-This module imports nothing from netmon at import time (``netmon.config`` imports it).
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ import dataclasses
 import math
 import os
 import re
-import tomllib
-import typing
-from dataclasses import MISSING, dataclass, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+
+from netmon.config.checks import ConfigError, check_url
+from netmon.config.sections import RESULT_KINDS
 
 __all__ = [
     "AGGREGATES",
@@ -30,13 +28,11 @@ __all__ = [
     "AlertRule",
     "AlertTarget",
     "AlertsConfig",
-    "alerts_config",
-    "load_alerts",
     "parse_comparison",
 ]
 
 #: the result kinds a rule can read (topics ``<prefix><kind>``)
-KINDS = ("traffic", "topk", "distinct", "joins", "shedding")
+KINDS = RESULT_KINDS
 #: comparison operators of a condition
 OPS = (">", ">=", "<", "<=", "==", "!=")
 #: severities, lowest first (PagerDuty Events v2 uses the same four)
@@ -47,16 +43,6 @@ FORMATS = ("json", "slack", "pagerduty")
 AGGREGATES = ("max", "sum", "count", "distinct")
 
 _COMPARISON = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(-?[0-9.eE+]+)\s*$")
-
-
-def _error(message: str) -> Exception:
-    # netmon.config is fully imported whenever a config object is built; importing it lazily here
-    # avoids the import cycle and lets ``netmon`` report the problem like any other config error.
-    try:
-        from netmon.config import ConfigError
-    except ImportError:  # pragma: no cover - netmon is always installed with alerts
-        return ValueError(message)
-    return ConfigError(message)
 
 
 def parse_comparison(text: str) -> tuple[str, float] | None:
@@ -140,46 +126,48 @@ class AlertRule:
             if isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, name, float(value))
         if not self.name.strip():
-            raise _error("[[alerts.rules]]: name must not be empty")
+            raise ConfigError("[[alerts.rules]]: name must not be empty")
         if self.source not in KINDS:
-            raise _error(f"{where} source: expected one of {', '.join(KINDS)}, got {self.source!r}")
+            raise ConfigError(f"{where} source: expected one of {', '.join(KINDS)}, got {self.source!r}")
         if not self.field.strip() and self.aggregate != "count":
-            raise _error(f"{where} field: must name a result column")
+            raise ConfigError(f"{where} field: must name a result column")
         if self.op not in OPS:
-            raise _error(f"{where} op: expected one of {' '.join(OPS)}, got {self.op!r}")
+            raise ConfigError(f"{where} op: expected one of {' '.join(OPS)}, got {self.op!r}")
         if not math.isfinite(self.threshold):
-            raise _error(f"{where} threshold: must be a finite number, got {self.threshold!r}")
+            raise ConfigError(f"{where} threshold: must be a finite number, got {self.threshold!r}")
         if self.aggregate not in AGGREGATES:
-            raise _error(
+            raise ConfigError(
                 f"{where} aggregate: expected one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
             )
         if self.window_s < 0 or self.lateness_s < 0:
-            raise _error(f"{where} window_s, lateness_s: must be >= 0")
+            raise ConfigError(f"{where} window_s, lateness_s: must be >= 0")
         if self.aggregate in ("count", "distinct") and not self.window_s:
-            raise _error(f"{where} aggregate: {self.aggregate!r} needs window_s > 0 (rows are events)")
+            raise ConfigError(f"{where} aggregate: {self.aggregate!r} needs window_s > 0 (rows are events)")
         growing = self.aggregate == "distinct" or (self.aggregate == "sum" and not self.window_s)
         if growing and self.op not in (">", ">="):
-            raise _error(f"{where} op: aggregate {self.aggregate!r} needs '>' or '>='")
+            raise ConfigError(f"{where} op: aggregate {self.aggregate!r} needs '>' or '>='")
         if self.severity not in SEVERITIES:
-            raise _error(f"{where} severity: expected one of {', '.join(SEVERITIES)}, got {self.severity!r}")
+            raise ConfigError(
+                f"{where} severity: expected one of {', '.join(SEVERITIES)}, got {self.severity!r}"
+            )
         if self.for_s < 0:
-            raise _error(f"{where} for_s: must be >= 0, got {self.for_s}")
+            raise ConfigError(f"{where} for_s: must be >= 0, got {self.for_s}")
         if self.max_notifications < 1:
-            raise _error(f"{where} max_notifications: must be >= 1, got {self.max_notifications}")
+            raise ConfigError(f"{where} max_notifications: must be >= 1, got {self.max_notifications}")
         if self.cooldown_s < 0:
-            raise _error(f"{where} cooldown_s: must be >= 0, got {self.cooldown_s}")
+            raise ConfigError(f"{where} cooldown_s: must be >= 0, got {self.cooldown_s}")
         if not isinstance(self.where, dict) or not all(
             isinstance(v, str | int | float | bool) for v in self.where.values()
         ):
-            raise _error(f"{where} where: expected a table of column = value, got {self.where!r}")
+            raise ConfigError(f"{where} where: expected a table of column = value, got {self.where!r}")
         if not isinstance(self.labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
         ):
-            raise _error(f"{where} labels: expected a table of strings, got {self.labels!r}")
+            raise ConfigError(f"{where} labels: expected a table of strings, got {self.labels!r}")
         try:
             self.summary.format_map(_Blank())
         except (ValueError, IndexError) as exc:
-            raise _error(f"{where} summary: not a valid template: {exc}") from None
+            raise ConfigError(f"{where} summary: not a valid template: {exc}") from None
 
     @property
     def subject_columns(self) -> tuple[str, ...]:
@@ -249,23 +237,22 @@ class AlertTarget:
     def __post_init__(self) -> None:
         where = f"[[alerts.targets]] {self.name!r}"
         if not self.name.strip():
-            raise _error("[[alerts.targets]]: name must not be empty")
-        if not self.url.startswith(("http://", "https://")):
-            raise _error(f"{where} url: must start with http:// or https://")
+            raise ConfigError("[[alerts.targets]]: name must not be empty")
+        check_url(where, "url", self.url)
         if self.format not in FORMATS:
-            raise _error(f"{where} format: expected one of {', '.join(FORMATS)}, got {self.format!r}")
+            raise ConfigError(f"{where} format: expected one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.min_severity not in SEVERITIES:
-            raise _error(
+            raise ConfigError(
                 f"{where} min_severity: expected one of {', '.join(SEVERITIES)}, got {self.min_severity!r}"
             )
         if self.timeout_s <= 0:
-            raise _error(f"{where} timeout_s: must be > 0, got {self.timeout_s}")
+            raise ConfigError(f"{where} timeout_s: must be > 0, got {self.timeout_s}")
         if not isinstance(self.labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
         ):
-            raise _error(f"{where} labels: expected a table of strings, got {self.labels!r}")
+            raise ConfigError(f"{where} labels: expected a table of strings, got {self.labels!r}")
         if self.format == "pagerduty" and not (self.routing_key or self.routing_key_env):
-            raise _error(f"{where}: format 'pagerduty' needs routing_key or routing_key_env")
+            raise ConfigError(f"{where}: format 'pagerduty' needs routing_key or routing_key_env")
 
     def secret_value(self) -> str:
         """The HMAC key: ``secret``, else ``$secret_env`` (empty: requests go unsigned)."""
@@ -300,85 +287,21 @@ class AlertsConfig:
 
     def __post_init__(self) -> None:
         if self.poll_s <= 0:
-            raise _error(f"[alerts] poll_s: must be > 0, got {self.poll_s}")
+            raise ConfigError(f"[alerts] poll_s: must be > 0, got {self.poll_s}")
         if not 0 < self.retry_initial_s <= self.retry_max_s:
-            raise _error("[alerts] retry_initial_s: must be > 0 and <= retry_max_s")
+            raise ConfigError("[alerts] retry_initial_s: must be > 0 and <= retry_max_s")
         if not 0 <= self.retry_jitter <= 1:
-            raise _error(f"[alerts] retry_jitter: must be in [0, 1], got {self.retry_jitter}")
+            raise ConfigError(f"[alerts] retry_jitter: must be in [0, 1], got {self.retry_jitter}")
         if self.max_age_s <= 0:
-            raise _error(f"[alerts] max_age_s: must be > 0, got {self.max_age_s}")
+            raise ConfigError(f"[alerts] max_age_s: must be > 0, got {self.max_age_s}")
         for kind, items in (("rules", self.rules), ("targets", self.targets)):
             names = [i.name for i in items]
             if len(set(names)) != len(names):
-                raise _error(f"[alerts] {kind}: names must be unique, got {names}")
+                raise ConfigError(f"[alerts] {kind}: names must be unique, got {names}")
 
     def target(self, name: str) -> AlertTarget:
         for t in self.targets:
             if t.name == name:
                 return t
         known = ", ".join(t.name for t in self.targets) or "none configured"
-        raise _error(f"[alerts] no target named {name!r} (targets: {known})")
-
-
-# --- a loader for an [alerts] table, for use before/alongside netmon.config ---------------------
-
-_TYPES = {"AlertRule": AlertRule, "AlertTarget": AlertTarget}
-
-
-def _coerce(where: str, value: Any, annotation: Any) -> Any:
-    hint = eval(annotation, {"Path": Path, **_TYPES}) if isinstance(annotation, str) else annotation  # noqa: S307
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        item = typing.get_args(hint)[0]
-        if not isinstance(value, list):
-            raise _error(f"{where}: expected an array, got {type(value).__name__}")
-        if item is str:
-            if not all(isinstance(v, str) for v in value):
-                raise _error(f"{where}: expected an array of strings, got {value!r}")
-            return tuple(value)
-        return tuple(_build(f"{where}[{i}]", item, v) for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise _error(f"{where}: expected a table, got {type(value).__name__}")
-        return dict(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (bool, int, str, float) and type(value) is not hint:
-        raise _error(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _build(where: str, cls: type, raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        raise _error(f"{where}: expected a table, got {type(raw).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise _error(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    missing = sorted(
-        n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in raw
-    )
-    if missing:
-        raise _error(f"{where}: missing required key {missing[0]!r}")
-    return cls(**{k: _coerce(f"{where}.{k}", v, known[k].type) for k, v in raw.items()})
-
-
-def load_alerts(path: str | Path) -> AlertsConfig:
-    """The ``[alerts]`` table of a TOML file (defaults when the file has none)."""
-    source = Path(path).expanduser()
-    try:
-        with source.open("rb") as fh:
-            raw = tomllib.load(fh)
-    except FileNotFoundError:
-        raise _error(f"{source}: file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _error(f"{source}: invalid TOML: {exc}") from None
-    return _build(f"{source} [alerts]", AlertsConfig, raw.get("alerts", {}))
-
-
-def alerts_config(cfg: object, path: str | Path | None = None) -> AlertsConfig:
-    """The alerts section: from ``path`` if given, else ``cfg.alerts``, else the defaults."""
-    if path:
-        return load_alerts(path)
-    section = getattr(cfg, "alerts", None)
-    return section if isinstance(section, AlertsConfig) else AlertsConfig()
+        raise ConfigError(f"[alerts] no target named {name!r} (targets: {known})")
