@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["alerts", "analytics", "dashboard", "ingest", "netmon", "pipeline"]
+PACKAGES = ["alerts", "analytics", "bench", "dashboard", "ingest", "netmon", "pipeline"]
 #: Packages whose ``__all__`` lists their modules (the others re-export names).
-MODULE_LISTS = {"analytics", "dashboard", "netmon", "pipeline"}
+MODULE_LISTS = {"analytics", "bench", "dashboard", "netmon", "pipeline"}
 #: Streamlit scripts: importing them runs the page.
 SCRIPTS = {"dashboard.app"}
 

@@ -1,11 +1,19 @@
-"""``netmon bench ingest``: parse and replay rates on one capture, Scapy as the baseline."""
+"""``netmon bench ingest``: the command line of :mod:`bench.ingest`.
+
+Measures parse and replay rates on one capture: our reader against Scapy's full dissection, and
+replay into a real Kafka broker against one message per packet. The options here, the measuring
+in :mod:`bench.ingest` (imported on use: it pulls in the producer).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
+
+__all__ = ["command"]
 
 
 @click.command("ingest")
@@ -28,30 +36,22 @@ import click
 @click.option("--tune", is_flag=True, help="Also replay over a grid of batching/compression settings.")
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 def command(
-    packets: int,
     file_: str | None,
-    bootstrap: str | None,
-    scapy_packets: int,
-    baseline_packets: int,
     records_per_message: int,
     linger_ms: int,
     compression: str,
-    tune: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Parse packets/s vs Scapy's full dissection, and replay packets/s into a real broker."""
-    from ingest.bench_replay import ReplaySettings, bench_ingest, format_report
+    from bench.ingest import ReplaySettings, bench_ingest, format_report
 
     try:
         result = bench_ingest(
-            packets=packets,
             file=file_,
-            bootstrap=bootstrap,
-            scapy_packets=scapy_packets,
-            baseline_packets=baseline_packets,
             settings=ReplaySettings(records_per_message, linger_ms, compression),
-            tune=tune,
             say=lambda line: click.echo(line, err=True),
+            **options,
         )
     except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, file, replay)
         click.echo(f"netmon bench ingest: error: {exc}", err=True)

@@ -1,10 +1,13 @@
-"""``netmon bench distinct`` end to end on a small capture: both Spark queries against the oracle."""
+"""``bench.distinct`` (``netmon bench distinct``) end to end on a small capture.
+
+Both Spark queries against the oracle.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from cli.commands.bench_distinct import bench_distinct, format_report
+from bench.distinct import bench_distinct, format_report
 
 pytestmark = pytest.mark.spark
 

@@ -3,7 +3,7 @@
 On one capture (generated: ``packets`` frames of the baseline scenario in a temporary directory,
 or a given file), in one run:
 
-1. parse: :func:`ingest.bench_parse.bench_parse` — our reader over the whole file, and Scapy's
+1. parse: :func:`bench.parse.bench_parse` — our reader over the whole file, and Scapy's
    full dissection of the first ``scapy_packets`` packets; the ratio of the two rates;
 2. replay: :func:`ingest.replay.replay` as fast as possible into a real Kafka broker (the given
    bootstrap, or a temporary :class:`netmon.broker.LocalBroker` in a temporary state directory),
@@ -31,7 +31,14 @@ from typing import Any
 from ingest.generate import generate
 from ingest.replay import ReplayOptions, replay
 
-__all__ = ["PARSE_TARGET_PPS", "REPLAY_TARGET_PPS", "bench_ingest", "format_report"]
+__all__ = [
+    "PARSE_TARGET_PPS",
+    "REPLAY_TARGET_PPS",
+    "ReplaySettings",
+    "bench_ingest",
+    "format_report",
+    "temporary_broker",
+]
 
 PARSE_TARGET_PPS = 1_000_000
 REPLAY_TARGET_PPS = 300_000
@@ -77,7 +84,7 @@ def temporary_broker(state_dir: Path) -> Iterator[str]:
 
 def _parse(path: Path, scapy_packets: int) -> dict[str, Any]:
     try:
-        from ingest.bench_parse import bench_parse
+        from bench.parse import bench_parse
     except ImportError:  # the parse benchmark's module is optional here
         return _parse_fallback(path)
     return bench_parse(path, scapy_packets=scapy_packets)

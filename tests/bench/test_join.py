@@ -1,4 +1,5 @@
-"""``netmon bench join``: runs of one or several strategies, their configuration and summaries.
+"""``bench.join`` (``netmon bench join``): runs of one or several strategies, their configuration
+and summaries.
 
 The benchmark itself (broker, Spark, minutes of replay) is run by hand and recorded in
 ``docs/performance.md``; these check what it is built from.
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.commands.bench_join import _config, _summary, format_report, query_name, run_strategies
+from bench.join import _config, _summary, format_report, query_name, run_strategies
 from netmon.config import load_config
 
 

@@ -1,4 +1,7 @@
-"""``netmon bench topk`` / ``topk-offline``: equal-memory sizing, scoring, reports, the tshark run."""
+"""``bench.topk`` (``netmon bench topk`` / ``topk-offline``).
+
+Equal-memory sizing, scoring, reports, the tshark run.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli.commands.bench_topk import (
+from bench.topk import (
     _accuracy,
     _ExactWindows,
     _reports,
@@ -179,7 +182,7 @@ def test_offline_bench_without_tshark_says_how_to_install(
 def test_approx_top_k_contenders_rank_each_window(spark) -> None:
     from pyspark.sql import functions as F
 
-    from cli.commands.bench_topk import build_approx_combined, build_approx_sliding
+    from bench.topk import build_approx_combined, build_approx_sliding
 
     t0 = 1_700_000_000
     rows = [

@@ -1,6 +1,6 @@
 """Parse-speed benchmark: our reader against Scapy's full dissection, on the same file, same run.
 
-``python -m ingest.bench_parse [FILE] [--packets N]`` measures :func:`ingest.readers.read_records`
+``python -m bench.parse [FILE] [--packets N]`` measures :func:`ingest.readers.read_records`
 over the whole file and Scapy's ``PcapReader`` (full dissection, the first ``--scapy-packets``
 packets) on the same file, and prints both rates and their ratio. Without ``FILE`` it first
 writes a synthetic capture of ``--packets`` packets to a temporary directory with
@@ -198,7 +198,7 @@ def bench_parse(path: str | os.PathLike[str], *, scapy_packets: int = 20000) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ingest.bench_parse", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.parse", description=__doc__.split("\n")[0])
     parser.add_argument("file", nargs="?", help="capture to read (default: a synthetic one)")
     parser.add_argument("--packets", type=int, default=1_000_000, help="synthetic capture size")
     parser.add_argument("--scapy-packets", type=int, default=20_000)
