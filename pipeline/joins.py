@@ -156,7 +156,7 @@ def filter_column(text: str) -> Column:
 
 
 def _node_column(node: Any) -> Column:
-    from ingest import filters as fl
+    from netmon import filters as fl
 
     if isinstance(node, fl._Bool):
         left, right = _node_column(node.left), _node_column(node.right)
