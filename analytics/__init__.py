@@ -1,7 +1,7 @@
 """netmon's algorithms as plain Python: no Spark, no Kafka (a test imports them all without either).
 
-Each algorithm is a small class with ``update``-style methods, noun-named queries and an exact twin
-as its oracle; the docstrings cite the paper section they implement.
+Each algorithm is a small class with the verbs below, noun-named queries and an exact twin as its
+oracle; the docstrings cite the paper section they implement.
 
 - top-k heavy hitters (Golab, ch. 6, Algorithm 6): ``topk``, its merge state for the Spark operator
   ``topk_merge``, the equal-memory baseline ``topk_baselines``, the offline query ``topk_offline``
@@ -11,6 +11,42 @@ as its oracle; the docstrings cite the paper section they implement.
 - window joins with load shedding (Ayad et al.): ``join``, ``shedding``, the cost model ``join_cost``,
   ``join_queries`` and the evaluation ``join_eval``;
 - shared: record keys and weights ``keys``, durations and instants as text ``timetext``.
+
+Verbs mean the same in every class, so a reader who knows one class knows the others
+(``tests/analytics/test_classes.py`` checks it for every class):
+
+==================  ==============================================================  ==============
+verb                meaning                                                         returns
+==================  ==============================================================  ==============
+``update(...)``     feed records into the open sub-window (or the state);           ``self``
+                    ``update_many``, ``update_synopsis``: the same, in bulk
+``slide()``         close the open sub-window: it enters the window, the oldest     ``self``
+                    beyond ``N/b`` expires, the next opens
+``merge(other)``    add another instance's state over the same sub-windows; only    ``self``
+                    where the result is what one instance fed both inputs holds
+``report()``        the current window's answer; reads only (``to_bytes()`` and     see below
+                    the next answer are unchanged)
+batch forms         several of the above in one call; they return what each         outputs
+                    closing produced, which ``report()`` no longer shows
+==================  ==============================================================  ==============
+
+Queries are nouns (``estimate``, ``bounds``, ``top``, ``delta``, ``space``, ``plan``) and read only.
+Per family:
+
+- top-k (``SubWindowTopK``, ``ExactSlidingTopK``, ``FrequentItemsTopK``): ``update``,
+  ``update_many``, ``slide``; ``report()`` is the report dict or None (window not full, or,
+  time-based, without data); batch forms ``seek(index)`` and ``add_subwindow(counts, index)`` return
+  the reports made (``TopKMerge.add_subwindow``: their output rows). No ``merge``: a sub-window's
+  top-k list of a union is not a function of the parts' lists.
+- distinct (``SubWindowDistinct``, ``ExactSlidingDistinct``): ``update``, ``update_synopsis``,
+  ``slide``, ``merge`` (same parameters and slide count); ``report()`` is ``{group: estimate}``.
+- joins (``SymmetricHashJoin``, ``ExactWindowJoin``): ``update(left_ts, left_keys, right_ts,
+  right_keys, ...)`` is one micro-batch (probe, insert, expire: the windows slide with event time,
+  so no ``slide()``); ``report()`` is the last batch's result rows; the batch form
+  ``process_batch(...)`` is ``update(...).report()``. No ``merge``: pairs across two instances were
+  never probed. ``expired_unmatched()`` hands over, and clears, what expired without a partner.
+- shedding: ``OnlineMaxSubset.update`` feeds its frequency model, ``report()`` is its plan;
+  ``decide(...)`` (both shedders) is the batch form, one decision per tuple.
 
 ``__all__`` lists the modules (``from analytics import *`` imports them all).
 """

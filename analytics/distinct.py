@@ -200,6 +200,10 @@ class SubWindowDistinct(Base):
     decides that from event time. Groups are a GROUP BY the thesis does not have: one synopsis
     per (sub-window, group) pair.
 
+    Verbs (the ``analytics`` convention): ``update``/``update_synopsis`` feed the open sub-window,
+    ``slide()`` closes it, ``merge(other)`` unions another instance's sub-windows, all returning
+    ``self``; ``report()`` reads the window's ``{group: estimate}``.
+
     Parameters
     ----------
     N
@@ -218,9 +222,9 @@ class SubWindowDistinct(Base):
     >>> sw = SubWindowDistinct(N=3, b=1)
     >>> sw.update("10.0.0.1", group="192.0.2.7").update("10.0.0.2", group="192.0.2.7").slide()
     SubWindowDistinct(N=3, b=1, lg_k=12, exact=False)
-    >>> sw.update("10.0.0.1", group="192.0.2.7").slide().estimate()
+    >>> sw.update("10.0.0.1", group="192.0.2.7").slide().report()
     {'192.0.2.7': 2}
-    >>> sw.slide().slide().estimate()  # the first sub-window has expired
+    >>> sw.slide().slide().report()  # the first sub-window has expired
     {'192.0.2.7': 1}
 
     References
@@ -412,6 +416,10 @@ class SubWindowDistinct(Base):
         """
         return {g: self._answer(g) for g in self._by_group}
 
+    def report(self) -> dict[str, int]:
+        """The window's answer, ``{group: estimate}`` (as :meth:`estimate`); reads only."""
+        return self.estimate()
+
     def bounds(self, num_std_devs: int = 2) -> dict[str, tuple[float, float]]:
         """Per group (lower, upper) at ``num_std_devs`` (1, 2 or 3) standard deviations."""
         if num_std_devs not in (1, 2, 3):
@@ -501,7 +509,8 @@ class ExactSlidingDistinct(Base):
     so it checks the sub-window unions independently. It stores the whole window (space
     Ω(window), §2.2.1), which is why the synopsis class exists.
 
-    The interface is :class:`SubWindowDistinct`'s, with the same verbs and nouns. Only exact-set
+    The interface is :class:`SubWindowDistinct`'s, with the same verbs (``update``, ``slide``,
+    ``merge``, ``report``) and nouns. Only exact-set
     synopsis bytes are accepted, because a sketch cannot be expanded back into items.
 
     Parameters
@@ -596,6 +605,10 @@ class ExactSlidingDistinct(Base):
     def estimate(self) -> dict[str, int]:
         """Distinct items per group over the window; absent groups have none."""
         return dict(self._live)
+
+    def report(self) -> dict[str, int]:
+        """The window's answer, ``{group: estimate}`` (as :meth:`estimate`); reads only."""
+        return self.estimate()
 
     def bounds(self, num_std_devs: int = 2) -> dict[str, tuple[float, float]]:
         """Exact: each group's (count, count)."""

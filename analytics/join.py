@@ -22,8 +22,9 @@ Semantics, decided here and shared with the exact oracle and the Spark operator:
 
 State per side holds the inserted tuples of the current window sorted by (key code, timestamp), as
 numpy columns: insertion and expiry are bulk operations per batch and probes are vectorised binary
-searches, so one call handles many keys. The batch entry point times its phases and reports the
-paper's ``C_u`` (insert + expire, per inserted tuple) and ``C_p`` (probe + produce, per result).
+searches, so one call handles many keys. The batch entry point (``update``, or its batch form
+``process_batch``) times its phases and reports the paper's ``C_u`` (insert + expire, per inserted
+tuple) and ``C_p`` (probe + produce, per result).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
@@ -304,14 +305,44 @@ def _check_seconds(name: str, value: float) -> float:
     return value
 
 
-class SymmetricHashJoin(Base):
+class _WindowJoin(Base):
+    """What both joins share: the batch form of their verbs."""
+
+    def process_batch(
+        self,
+        left_ts: Any,
+        left_keys: Any,
+        right_ts: Any,
+        right_keys: Any,
+        *,
+        left_ids: Any = None,
+        right_ids: Any = None,
+        left_payload: Mapping[str, Any] | None = None,
+        right_payload: Mapping[str, Any] | None = None,
+    ) -> pd.DataFrame:
+        """The batch form: :meth:`update` with these arguments, then its :meth:`report`."""
+        return self.update(
+            left_ts, left_keys, right_ts, right_keys,
+            left_ids=left_ids, right_ids=right_ids, left_payload=left_payload, right_payload=right_payload,
+        ).report()  # fmt: skip
+
+
+class SymmetricHashJoin(_WindowJoin):
     """Sliding-window symmetric hash join ``L[T_L] ⋈ R[T_R]`` with load shedding (seed 003 §2.1-2.2).
 
-    Exactness: without shedding, :meth:`process_batch` over a stream cut into time-ordered batches
-    returns exactly the pairs with equal keys and ``t_l - T_R ≤ t_r ≤ t_l + T_L`` (inclusive), each
+    Exactness: without shedding, :meth:`update` over a stream cut into time-ordered batches
+    produces exactly the pairs with equal keys and ``t_l - T_R ≤ t_r ≤ t_l + T_L`` (inclusive), each
     once, in the batch that holds the later of the two: the output of :class:`ExactWindowJoin`.
     With a shedder, a pair is kept iff its earlier tuple was inserted and its later tuple probed
     (§3.3), so shed output is a subset of the full output.
+
+    Verbs (the ``analytics`` convention): ``update(left_ts, left_keys, right_ts, right_keys, ...)``
+    feeds one micro-batch of both streams (probe, insert, expire) and returns ``self``; the
+    windows slide with the event-time clock inside it, so there is no ``slide()``. ``report()``
+    reads the results of the last update; ``process_batch(...)`` is the batch form
+    ``update(...).report()``. No ``merge``: the pairs between two instances' tuples were never
+    probed, so a union of their states would not have produced them. :meth:`expired_unmatched`
+    hands over (and clears) the tuples that expired without a partner.
 
     Parameters
     ----------
@@ -332,7 +363,7 @@ class SymmetricHashJoin(Base):
     --------
     >>> j = SymmetricHashJoin(window_left_s=2, window_right_s=1)
     >>> s = 10**9
-    >>> out = j.process_batch(np.array([0, 5]) * s, ["a", "b"], np.array([2, 3, 5]) * s, ["a", "a", "b"])
+    >>> out = j.update(np.array([0, 5]) * s, ["a", "b"], np.array([2, 3, 5]) * s, ["a", "a", "b"]).report()
     >>> out[["left_id", "right_id", "key"]].values.tolist()
     [[0, 0, 'a'], [1, 2, 'b']]
 
@@ -370,6 +401,7 @@ class SymmetricHashJoin(Base):
         self._payload: dict[str, list[str] | None] = {"left": None, "right": None}
         self._state: dict[str, dict[str, np.ndarray]] = {s: self._empty_cols(s) for s in _SIDES}
         self._unmatched: list[dict[str, np.ndarray]] = []
+        self._result: pd.DataFrame | None = None  # the last update's results (output, not state)
         self.last_stats: BatchStats | None = None
 
     # -- state helpers --------------------------------------------------------------------------
@@ -427,7 +459,7 @@ class SymmetricHashJoin(Base):
         return cols
 
     # -- the batch entry point ------------------------------------------------------------------
-    def process_batch(
+    def update(
         self,
         left_ts: Any,
         left_keys: Any,
@@ -438,8 +470,12 @@ class SymmetricHashJoin(Base):
         right_ids: Any = None,
         left_payload: Mapping[str, Any] | None = None,
         right_payload: Mapping[str, Any] | None = None,
-    ) -> pd.DataFrame:
+    ) -> Self:
         """Join one micro-batch of both streams against the state and itself; update the state.
+
+        Each tuple, in processing order, probes the opposite window and is inserted into its own;
+        then what fell out of the windows at the new clock expires. :meth:`report` reads the
+        results, the batch's :class:`BatchStats` is in :attr:`last_stats`.
 
         Parameters
         ----------
@@ -452,13 +488,6 @@ class SymmetricHashJoin(Base):
         left_payload, right_payload
             Extra columns to carry to the output as ``left_<name>`` / ``right_<name>``; the same
             column names in every batch.
-
-        Returns
-        -------
-        pandas.DataFrame
-            One row per result: ``left_id``, ``left_ts``, ``right_id``, ``right_ts`` (UTC),
-            ``key``, then the payload columns; ordered by result time ``max(left_ts, right_ts)``,
-            then ids. The batch's :class:`BatchStats` is in :attr:`last_stats`.
         """
         t_start = time.perf_counter()
         cols: dict[str, dict[str, np.ndarray]] = {
@@ -554,7 +583,17 @@ class SymmetricHashJoin(Base):
             state_left=size_l,
             state_right=size_r,
         )
-        return result
+        self._result = result
+        return self
+
+    def report(self) -> pd.DataFrame:
+        """The results of the last :meth:`update` (none before the first, or after ``from_bytes``).
+
+        One row per result: ``left_id``, ``left_ts``, ``right_id``, ``right_ts`` (UTC), ``key``,
+        then the payload columns; ordered by result time ``max(left_ts, right_ts)``, then ids.
+        Reads only: the same frame until the next update.
+        """
+        return self._result if self._result is not None else self._assemble([])
 
     def _probe(self, side: str, other: str, cols: dict[str, dict[str, np.ndarray]]):
         """Results produced by ``side``'s probing tuples: against the stored state of ``other``,
@@ -730,13 +769,13 @@ class SymmetricHashJoin(Base):
         return obj
 
 
-class ExactWindowJoin(Base):
+class ExactWindowJoin(_WindowJoin):
     """Brute-force oracle of :class:`SymmetricHashJoin`: every pair, straight from the definition.
 
     Keeps every tuple forever in per-key lists; a pair (left, right) with equal keys is a result iff
-    ``t_l - T_R ≤ t_r ≤ t_l + T_L`` (seed 003 Definitions 2-3, inclusive). :meth:`process_batch`
-    returns the pairs with at least one member in the batch, in the same layout and order as
-    :meth:`SymmetricHashJoin.process_batch`.
+    ``t_l - T_R ≤ t_r ≤ t_l + T_L`` (seed 003 Definitions 2-3, inclusive). The same verbs as
+    :class:`SymmetricHashJoin`: :meth:`update` feeds a batch, :meth:`report` reads the pairs with at
+    least one member in it, in the same layout and order; :meth:`process_batch` does both.
 
     Parameters
     ----------
@@ -747,7 +786,7 @@ class ExactWindowJoin(Base):
     --------
     >>> j = ExactWindowJoin(window_left_s=2, window_right_s=1)
     >>> s = 10**9
-    >>> out = j.process_batch(np.array([0, 5]) * s, ["a", "b"], np.array([2, 3, 5]) * s, ["a", "a", "b"])
+    >>> out = j.update(np.array([0, 5]) * s, ["a", "b"], np.array([2, 3, 5]) * s, ["a", "a", "b"]).report()
     >>> out[["left_id", "right_id", "key"]].values.tolist()
     [[0, 0, 'a'], [1, 2, 'b']]
 
@@ -763,8 +802,9 @@ class ExactWindowJoin(Base):
         self._tuples: dict[str, dict[Any, list[tuple[int, int, dict[str, Any]]]]] = {"left": {}, "right": {}}
         self._next_id = {"left": 0, "right": 0}
         self._payload: dict[str, list[str]] = {"left": [], "right": []}
+        self._pairs: list[tuple[tuple[int, int, dict[str, Any]], tuple[int, int, dict[str, Any]], Any]] = []
 
-    def process_batch(
+    def update(
         self,
         left_ts: Any,
         left_keys: Any,
@@ -775,8 +815,8 @@ class ExactWindowJoin(Base):
         right_ids: Any = None,
         left_payload: Mapping[str, Any] | None = None,
         right_payload: Mapping[str, Any] | None = None,
-    ) -> pd.DataFrame:
-        """All pairs with a member in this batch (see :meth:`SymmetricHashJoin.process_batch`)."""
+    ) -> Self:
+        """Store one batch and find its pairs (arguments as :meth:`SymmetricHashJoin.update`)."""
         t_l = round(self.window_left_s * _NS)
         t_r = round(self.window_right_s * _NS)
         new: dict[str, list[tuple[Any, int, int, dict[str, Any]]]] = {}
@@ -815,6 +855,12 @@ class ExactWindowJoin(Base):
         for key, t, i, r in new["right"]:
             self._tuples["right"].setdefault(key, []).append((t, i, r))
         pairs.sort(key=lambda p: (max(p[0][0], p[1][0]), p[0][1], p[1][1]))
+        self._pairs = pairs
+        return self
+
+    def report(self) -> pd.DataFrame:
+        """The pairs with a member in the last :meth:`update`'s batch; reads only."""
+        pairs = self._pairs
         data: dict[str, Any] = {
             "left_id": np.array([p[0][1] for p in pairs], dtype=np.int64),
             "left_ts": pd.to_datetime(

@@ -114,6 +114,13 @@ class LoadShedder(Base):
     seed
         Seed of the random generator (one uniform per tuple, in processing order).
 
+    Notes
+    -----
+    Of the ``analytics`` verbs only the shedders' own apply: :meth:`decide` is a batch form (one
+    decision per tuple, returned; it advances the generator) and :meth:`set_fractions` a setter
+    returning ``self``. A random strategy keeps no window, so there is nothing to ``update``,
+    ``slide``, ``merge`` or ``report``.
+
     Examples
     --------
     >>> s = LoadShedder("pni", x_left=0.5, x_right=1.0, seed=7)
@@ -205,6 +212,12 @@ class OnlineMaxSubset(Base):
     like a zero-output component and is shed first); keys absent from the model rank last with an
     estimated output of 0 (admitted only if every known component fits); maintaining the model is
     not charged to the budget.
+
+    Verbs (the ``analytics`` convention): :meth:`update` adds arrivals to the frequency model and
+    returns ``self``; the model's window (``history_s``) slides with their clock, so there is no
+    ``slide()``, and no ``merge``. :meth:`report` reads the current plan (:meth:`plan`).
+    :meth:`decide` is the batch form: it learns the batch (``include_batch``), plans and returns
+    one decision per tuple.
 
     Parameters
     ----------
@@ -349,6 +362,10 @@ class OnlineMaxSubset(Base):
             exp_out + part.output_rate,
             exp_cost + part.cost,
         )
+
+    def report(self) -> MaxSubsetPlan:
+        """The plan on the current frequency model (:meth:`plan` with no argument); reads only."""
+        return self.plan()
 
     def decide(self, is_left: np.ndarray, codes: np.ndarray, ts: np.ndarray) -> Decisions:
         """Lines 15-20 of Figure 2 for one batch's tuples (processing order); the model learns the batch."""

@@ -90,6 +90,14 @@ def _to_units(name: str, value: Any, time_based: bool) -> int:
 class _SubWindowed(Base):
     """Shared driver: parameters, the open sub-window, closing, gap filling and report framing.
 
+    The verbs of ``analytics`` (see its docstring): ``update``/``update_many`` count records in the
+    open sub-window, ``slide()`` closes it (both return ``self``), ``report()`` reads the current
+    window; ``seek`` and ``add_subwindow`` are batch forms that may close several sub-windows and
+    return the reports made. There is no ``merge``: the top-k list of a sub-window's union is not a
+    function of the parts' lists (a key k+1-th in both parts can be first in their sum), so two
+    instances' summaries cannot be combined exactly; the Spark job sums exact counts per
+    sub-window first and then calls ``add_subwindow``.
+
     Subclasses keep the window's summaries: ``_push(index, counts)`` adds a closed sub-window,
     ``_pop()`` expires the oldest, ``_delta()`` and ``_items()`` give the report's contents.
     """
@@ -182,23 +190,27 @@ class _SubWindowed(Base):
 
     # -- closing sub-windows -----------------------------------------------------------------------
 
-    def slide(self, *, report: bool = True) -> Report | None:
-        """Close the open sub-window and open the next; the report if the window is then full.
+    def slide(self) -> Self:
+        """Close the open sub-window: it enters the window, the oldest beyond ``N/b`` expires.
 
-        Count-based, the open sub-window must hold exactly ``b`` records. ``report=False`` skips
-        building the report (evaluations that read only some windows).
+        The next sub-window opens. Count-based, the open sub-window must hold exactly ``b``
+        records. :meth:`report` then reads the window (``slide().report()`` is the report this
+        closing made, or None).
         """
         if self._index is None:
             raise ValueError("index: no open sub-window yet; call seek(ts_ns // b) first (time-based)")
         if not self.time_based and self._open_records != self._b:
             raise ValueError(f"b: the open sub-window holds {self._open_records} records, not b={self._b}")
-        return self._close(report)
+        self._close(report=False)
+        return self
 
     def seek(self, index: int, *, report: bool = True) -> list[Report]:
-        """Time-based: make sub-window ``index`` (``ts_ns // b``) the open one.
+        """Time-based: make sub-window ``index`` (``ts_ns // b``) the open one (a batch form).
 
         Closes the open sub-window and every empty sub-window before ``index`` (each empty one is a
-        summary with no items that counts toward ``N/b``) and returns their reports, in order.
+        summary with no items that counts toward ``N/b``) and returns their reports, in order:
+        several windows may close, and :meth:`report` shows only the last. ``report=False`` skips
+        building them (evaluations that read only some windows).
         """
         if not self.time_based:
             raise ValueError("index: seek() is for time-based windows; count-based ones use slide()")
@@ -213,12 +225,14 @@ class _SubWindowed(Base):
     def add_subwindow(
         self, counts: Mapping[str, int], index: int | None = None, *, report: bool = True
     ) -> list[Report]:
-        """Add an already-counted sub-window: its exact counts, or just its top-k rows.
+        """Add an already-counted sub-window and close it (a batch form): the reports it made.
 
-        Only the top-k list enters the window, so passing all counts or only the top-k rows (as
+        ``counts`` are the sub-window's exact counts, or just its top-k rows: only the top-k list
+        enters the window, so passing all counts or only the top-k rows (as
         the Spark operator does) gives the same state. ``index``: count-based, the sub-window's
         number (must be the next one; ``None`` means next); time-based, ``ts_ns // b`` — any
-        skipped sub-windows are closed as empty first. Returns the reports made, in order.
+        skipped sub-windows are closed as empty first. Returns the reports made, in order (several
+        windows may close; :meth:`report` shows only the last); ``report=False`` skips them.
         """
         return [out for _, out in self.add_subwindow_indexed(counts, index, report=report)]
 
@@ -326,7 +340,11 @@ class _SubWindowed(Base):
         return self._items()
 
     def report(self) -> Report | None:
-        """The report of the current window (as the last closing made it), or None if not full."""
+        """The current window's report (as its closing made it); reads only.
+
+        None while the window holds fewer than ``N/b`` closed sub-windows, and (time-based) when
+        none of them holds data.
+        """
         if len(self._indexes) != self._n_sub or (self.time_based and not self._n_filled):
             return None
         return self._frame(self._indexes[-1])
@@ -378,9 +396,11 @@ class SubWindowTopK(_SubWindowed):
     Examples
     --------
     >>> topk = SubWindowTopK(N=6, b=3, k=2)
-    >>> topk.update("10.0.0.1").update("10.0.0.1").update("10.0.0.2").slide() is None
+    >>> topk.update("10.0.0.1").update("10.0.0.1").update("10.0.0.2").slide()
+    SubWindowTopK(N=6, b=3, k=2, time_based=False)
+    >>> topk.report() is None  # one sub-window of two
     True
-    >>> topk.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.3"]).slide()
+    >>> topk.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.3"]).slide().report()
     {'end': 6, 'delta': 2, 'items': [{'key': '10.0.0.1', 'count': 4}]}
     >>> topk.space  # two lists of 2 pairs + 3 global counters
     7
@@ -533,11 +553,11 @@ class ExactSlidingTopK(_SubWindowed):
     Examples
     --------
     >>> exact = ExactSlidingTopK(N=4, b=2, k=1)
-    >>> exact.update_many(["a", "b"]).slide() is None
+    >>> exact.update_many(["a", "b"]).slide().report() is None
     True
-    >>> exact.update_many(["a", "a"]).slide()
+    >>> exact.update_many(["a", "a"]).slide().report()
     {'end': 4, 'delta': 3, 'items': []}
-    >>> exact.update_many(["b", "b"]).slide()
+    >>> exact.update_many(["b", "b"]).slide().report()
     {'end': 6, 'delta': 4, 'items': []}
     >>> exact.estimate("a"), exact.estimate("b")
     (2, 2)

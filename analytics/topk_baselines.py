@@ -75,9 +75,9 @@ class FrequentItemsTopK(_SubWindowed):
     Examples
     --------
     >>> fi = FrequentItemsTopK(N=6, b=3, k=2)
-    >>> fi.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.2"]).slide() is None
+    >>> fi.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.2"]).slide().report() is None
     True
-    >>> fi.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.3"]).slide()
+    >>> fi.update_many(["10.0.0.1", "10.0.0.1", "10.0.0.3"]).slide().report()
     {'end': 6, 'delta': 0, 'items': [{'key': '10.0.0.1', 'count': 4}, {'key': '10.0.0.2', 'count': 1},
                                      {'key': '10.0.0.3', 'count': 1}]}
 

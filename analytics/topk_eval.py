@@ -195,7 +195,7 @@ def evaluate_trace(
                 else:
                     alg = FrequentItemsTopK(N, b, k)
                     for sub in range(last + 1):
-                        alg.update_many(packet_texts[sub * b : (sub + 1) * b]).slide(report=False)
+                        alg.update_many(packet_texts[sub * b : (sub + 1) * b]).slide()
                         if sub in ends:
                             rows.extend(_trials(alg, algorithm, trace, N, b, k, ends[sub], true, index_of))
     return rows

@@ -29,14 +29,15 @@ class QueryParams(NamedTuple):
 class TopKMerge:
     """A query's merge state: ``SubWindowTopK`` (time-based) and the window's traffic totals.
 
-    ``add(index, top, total)`` takes one closed sub-window (its top-k rows or all its counts, and
-    the sum of all its counts) and returns the output rows of the reports it makes — including
-    those of empty sub-windows skipped before ``index``.
+    ``add_subwindow(counts, index, total)`` is ``SubWindowTopK.add_subwindow`` (a batch form, see
+    ``analytics``): it takes one closed sub-window (its top-k rows or all its counts, and the sum
+    of all its counts) and returns the output rows of the reports it makes — including those of
+    empty sub-windows skipped before ``index``.
 
     >>> merge = TopKMerge(QueryParams(N=2_000, b=1_000, k=2))
-    >>> merge.add(5, {"a": 3, "b": 1}, 4)
+    >>> merge.add_subwindow({"a": 3, "b": 1}, 5, 4)
     []
-    >>> merge.add(7, {"a": 2, "c": 2}, 5)  # sub-window 6 was empty: two reports
+    >>> merge.add_subwindow({"a": 2, "c": 2}, 7, 5)  # sub-window 6 was empty: two reports
     [(7000, 1, 1, 'a', 3, 4), (8000, 2, 0, None, None, 5)]
     """
 
@@ -52,9 +53,9 @@ class TopKMerge:
     def algorithm(self) -> SubWindowTopK:
         return self._topk
 
-    def add(self, index: int, top: Mapping[str, int], total: int) -> list[tuple[Any, ...]]:
+    def add_subwindow(self, counts: Mapping[str, int], index: int, total: int) -> list[tuple[Any, ...]]:
         """Merge sub-window ``index``; rows ``(window_end_ns, delta, rank, key, count, total)``."""
-        reports = self._topk.add_subwindow_indexed(top, index)
+        reports = self._topk.add_subwindow_indexed(counts, index)
         self._totals.append((index, int(total)))
         rows: list[tuple[Any, ...]] = []
         # Each report with the sub-window whose closing made it (windows without data make none).

@@ -71,7 +71,7 @@ class TopKMergeProcessor(StatefulProcessor):
         for sw, group in counts.groupby("sw", sort=True):
             top = group.head(params.k)
             top_counts = dict(zip(top["key"], top["count"].tolist(), strict=True))
-            out += merge.add(int(sw), top_counts, int(group["count"].sum()))
+            out += merge.add_subwindow(top_counts, int(sw), int(group["count"].sum()))
         self._state.update((merge.to_bytes(),))
         if out:
             yield _frame(query, out)

@@ -35,24 +35,23 @@ def random_streams(rng, n_left, n_right, span_s, n_keys, *, tick_ns=S // 10, str
     return tl, kl, tr, kr
 
 
-def run_batches(join, tl, kl, tr, kr, cuts_ns, **kw):
-    """Feed the streams cut at the given times; returns the per-batch outputs."""
+def run_batches(join, tl, kl, tr, kr, cuts_ns, *, verbs=False, **kw):
+    """Feed the streams cut at the given times; returns the per-batch outputs.
+
+    ``verbs``: ``update(...)`` then ``report()`` instead of the batch form ``process_batch(...)``.
+    """
     outs = []
     bounds = [-np.inf, *cuts_ns, np.inf]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         ml = (tl >= lo) & (tl < hi)
         mr = (tr >= lo) & (tr < hi)
-        outs.append(
-            join.process_batch(
-                tl[ml],
-                kl[ml],
-                tr[mr],
-                kr[mr],
-                left_ids=np.flatnonzero(ml),
-                right_ids=np.flatnonzero(mr),
-                **kw,
-            )
-        )
+        args = (tl[ml], kl[ml], tr[mr], kr[mr])
+        kw |= {"left_ids": np.flatnonzero(ml), "right_ids": np.flatnonzero(mr)}
+        if verbs:
+            assert join.update(*args, **kw) is join
+            outs.append(join.report())
+        else:
+            outs.append(join.process_batch(*args, **kw))
     return outs
 
 
@@ -73,6 +72,28 @@ def test_matches_brute_force_and_oracle_per_batch(strings, t_left, t_right):
     everything = pd.concat(got)
     assert len(everything) == len(pair_set(everything))  # no pair twice
     assert pair_set(everything) == brute_force_pairs(tl, kl, tr, kr, t_left, t_right)
+
+
+@pytest.mark.parametrize("cls", [SymmetricHashJoin, ExactWindowJoin])
+def test_update_then_report_is_the_batch_form(cls):
+    rng = np.random.default_rng(11)
+    tl, kl, tr, kr = random_streams(rng, 200, 150, 10, 6, strings=True)
+    cuts = np.arange(1, 10) * S
+    batch_form = run_batches(cls(1.0, 0.5), tl, kl, tr, kr, cuts)
+    join = cls(1.0, 0.5)
+    by_verbs = run_batches(join, tl, kl, tr, kr, cuts, verbs=True)
+    for a, b in zip(batch_form, by_verbs, strict=True):
+        pd.testing.assert_frame_equal(a, b)
+    assert sum(map(len, by_verbs)) > 0
+    pd.testing.assert_frame_equal(join.report(), by_verbs[-1])  # reading again: the same rows
+    fresh = cls(1.0, 0.5).report()  # before the first batch: no rows, the output's columns
+    assert len(fresh) == 0 and list(fresh.columns) == ["left_id", "left_ts", "right_id", "right_ts", "key"]
+
+
+def test_results_are_output_not_state():
+    j = SymmetricHashJoin(1, 1).update([0], ["a"], [0], ["a"])
+    assert len(j.report()) == 1
+    assert len(SymmetricHashJoin.from_bytes(j.to_bytes()).report()) == 0
 
 
 def test_window_boundaries_are_inclusive():

@@ -162,8 +162,9 @@ def test_max_subset_plan_follows_figure_2():
         side += [True] * n_l + [False] * n_r
         codes += [key] * (n_l + n_r)
     ts = np.linspace(0, 10 * S, len(codes)).astype(np.int64)
-    ms.update(np.array(side), np.array(codes, dtype=np.uint64), ts)
+    assert ms.update(np.array(side), np.array(codes, dtype=np.uint64), ts) is ms
     plan = ms.plan()
+    assert repr(ms.report()) == repr(plan)  # report() reads the current plan
     assert plan.keys.tolist() == [1, 2, 3]
     assert plan.full.tolist() == [1]
     assert plan.partial == 2

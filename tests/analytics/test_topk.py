@@ -74,10 +74,10 @@ def run_count_based(cls, records: list[Record], N: int, b: int, k: int, mode: st
         if mode == "update":
             for key, w in chunk:
                 alg.update(key, w)
-            out = alg.slide()
+            out = alg.slide().report()
             reports += [out] if out is not None else []
         elif mode == "update_many":
-            out = alg.update_many([key for key, _ in chunk], [w for _, w in chunk]).slide()
+            out = alg.update_many([key for key, _ in chunk], [w for _, w in chunk]).slide().report()
             reports += [out] if out is not None else []
         else:
             counts: Counter[str] = Counter()
@@ -109,9 +109,9 @@ def test_ties_are_broken_by_key_text() -> None:
     # Sub-window 1: b, c, a all twice; top-2 is a, b (text order), the k-th count 2.
     # Sub-window 2: c three times, z once; top-2 c:3, z:1.
     alg = SubWindowTopK(N=12, b=6, k=2)
-    assert alg.update_many(["b", "c", "a", "c", "a", "b"]).slide() is None
+    assert alg.update_many(["b", "c", "a", "c", "a", "b"]).slide().report() is None
     assert alg.estimate("a") == 2 and alg.estimate("b") == 2 and alg.estimate("c") == 0
-    report = alg.update_many(["c", "c", "c", "z", "y", "y"]).slide()
+    report = alg.update_many(["c", "c", "c", "z", "y", "y"]).slide().report()
     # delta = 2 + 2 (y:2 beats z:1), summed: a 2, b 2, c 3, y 2 -> nothing above 4.
     assert report == {"end": 12, "delta": 4, "items": []}
     assert (
@@ -120,7 +120,7 @@ def test_ties_are_broken_by_key_text() -> None:
     )
     # Ties in the report are ordered by key text too.
     alg = SubWindowTopK(N=4, b=4, k=3)
-    assert alg.update_many(["m", "m", "d", "d"]).slide() == {
+    assert alg.update_many(["m", "m", "d", "d"]).slide().report() == {
         "end": 4,
         "delta": 0,
         "items": [{"key": "d", "count": 2}, {"key": "m", "count": 2}],
@@ -132,7 +132,7 @@ def test_fewer_than_k_items_means_kth_count_zero() -> None:
     assert top_k({"a": 3, "b": 1, "c": 1}, 3) == ((("a", 3), ("b", 1), ("c", 1)), 1)
     alg = SubWindowTopK(N=6, b=3, k=2)
     alg.update_many(["a", "a", "a"]).slide()
-    report = alg.update_many(["a", "b", "b"]).slide()
+    report = alg.update_many(["a", "b", "b"]).slide().report()
     # delta = 0 (one key in sub-window 1) + 1 (a:1 is second in sub-window 2): a 4 and b 2 exceed it.
     assert report == {"end": 6, "delta": 1, "items": [{"key": "a", "count": 4}, {"key": "b", "count": 2}]}
 
@@ -140,8 +140,8 @@ def test_fewer_than_k_items_means_kth_count_zero() -> None:
 def test_report_only_when_window_full_and_expiry() -> None:
     alg = SubWindowTopK(N=9, b=3, k=1)
     assert alg.report() is None
-    assert [alg.update_many(["a"] * 3).slide() for _ in range(2)] == [None, None]
-    assert alg.update_many(["a"] * 3).slide() == {"end": 9, "delta": 9, "items": []}
+    assert [alg.update_many(["a"] * 3).slide().report() for _ in range(2)] == [None, None]
+    assert alg.update_many(["a"] * 3).slide().report() == {"end": 9, "delta": 9, "items": []}
     # After three more sub-windows of "b" the "a" lists have expired completely.
     for _ in range(3):
         alg.update_many(["b"] * 3).slide()
@@ -248,7 +248,10 @@ def test_no_false_positives_and_counts_never_exceed_true_counts(records, n_sub, 
     for i in range(len(records) // b):
         chunk = records[i * b : (i + 1) * b]
         keys, weights = [x for x, _ in chunk], [w for _, w in chunk]
-        got, truth = alg.update_many(keys, weights).slide(), exact.update_many(keys, weights).slide()
+        got, truth = (
+            alg.update_many(keys, weights).slide().report(),
+            exact.update_many(keys, weights).slide().report(),
+        )
         assert (got is None) == (truth is None)
         if got is None:
             continue
@@ -277,7 +280,7 @@ def test_bytes_round_trip_resumes_exactly(records, n_sub, b, k, cut) -> None:
         for alg, out in ((full, out_full), (resumed, out_resumed)):
             alg.update(key, w)
             if (i + 1) % b == 0:
-                out.append(alg.slide())
+                out.append(alg.slide().report())
         if i == cut:
             data = resumed.to_bytes()
             assert data[0] == 1  # version byte
@@ -388,8 +391,8 @@ def test_baseline_is_exact_when_nothing_is_purged() -> None:
     base, exact = FrequentItemsTopK(20, 5, 3), ExactSlidingTopK(20, 5, 1)
     for i in range(len(records) // 5):
         chunk = records[i * 5 : (i + 1) * 5]
-        got = base.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide()
-        truth = exact.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide()
+        got = base.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide().report()
+        truth = exact.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide().report()
         if got is not None:
             assert got["delta"] == 0
             assert {it["key"]: it["count"] for it in got["items"]} == {
@@ -406,7 +409,7 @@ def test_baseline_no_false_positives_and_lower_bounds(records, n_sub, b) -> None
     base, exact = FrequentItemsTopK(n_sub * b, b, 1), ExactSlidingTopK(n_sub * b, b, 1)
     for i in range(len(records) // b):
         chunk = records[i * b : (i + 1) * b]
-        got = base.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide()
+        got = base.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide().report()
         exact.update_many([x for x, _ in chunk], [w for _, w in chunk]).slide()
         if got is None:
             continue

@@ -9,10 +9,10 @@ from analytics.topk_merge import QueryParams, TopKMerge
 
 def test_merge_state_round_trips_and_guards_its_parameters() -> None:
     merge = TopKMerge(QueryParams(N=4_000, b=1_000, k=2))
-    rows = [merge.add(i, {"a": i, "b": 1}, i + 5) for i in (3, 4, 6, 7)]  # 5 is empty
+    rows = [merge.add_subwindow({"a": i, "b": 1}, i, i + 5) for i in (3, 4, 6, 7)]  # 5 is empty
     again = TopKMerge.from_bytes(merge.to_bytes(), merge.params)
     assert again.to_bytes() == merge.to_bytes()
-    assert again.add(9, {"c": 9}, 9) == merge.add(9, {"c": 9}, 9)
+    assert again.add_subwindow({"c": 9}, 9, 9) == merge.add_subwindow({"c": 9}, 9, 9)
     # Window {4, 5, 6, 7}: delta = 1 + 0 + 1 + 1; "a" = 4 + 6 + 7; total = 9 + 0 + 11 + 12.
     assert rows[-1] == [(8_000, 3, 1, "a", 17, 32)]
     with pytest.raises(ValueError, match="delete the top-k checkpoint"):
@@ -23,9 +23,9 @@ def test_a_gap_of_years_gives_each_report_its_own_window_end_and_total() -> None
     # N/b = 2 sub-windows of 1 s; data at 3 and 4, then ten years later at G and G + 1.
     merge = TopKMerge(QueryParams(N=2 * 10**9, b=10**9, k=1))
     gap = 10 * 365 * 86_400
-    rows = [merge.add(i, top, total) for i, top, total in [(3, {"a": 5}, 7), (4, {"b": 2}, 3)]]
-    rows.append(merge.add(3 + gap, {"c": 4}, 4))
-    rows.append(merge.add(4 + gap, {"c": 1}, 1))
+    rows = [merge.add_subwindow(top, i, total) for i, top, total in [(3, {"a": 5}, 7), (4, {"b": 2}, 3)]]
+    rows.append(merge.add_subwindow({"c": 4}, 3 + gap, 4))
+    rows.append(merge.add_subwindow({"c": 1}, 4 + gap, 1))
     # Window {3, 4} ends at 5 s; {4, 5} at 6 s (only "b"'s sub-window holds data); the empty
     # windows of the gap are not reported; {gap+3, gap+4} ends at gap+5 s with total 4 + 1.
     assert rows == [
