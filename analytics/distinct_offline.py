@@ -8,7 +8,11 @@ ones the Spark job follows:
   and its report carries ``end = (i+1)*b`` (exclusive, ISO-8601 UTC).
 - Sub-window ``i`` closes once the largest timestamp seen so far reaches ``(i+1)*b + watermark``
   (watermark 0: at the first record of a later sub-window), as Spark closes it. Sub-windows still
-  open at the end of the input are not closed (the streaming job would not close them either).
+  open at the end of the input are not closed (the streaming job would not close them either),
+  unless the run is given ``close_after_ns``: event time then advances to ``watermark +
+  close_after_ns`` past the last record, as the pipeline's watermark does on the control message
+  that ends a replay (``ingest.replay.ReplayOptions.close_windows_s``), and the sub-windows that end
+  by ``close_after_ns`` after the last record close.
   A record whose sub-window has already closed is *late*: counted in :class:`OfflineStats`, not
   in any window.
 - One report per closed sub-window whose window holds at least one item. The first report comes
@@ -190,6 +194,11 @@ class _Driver:
             st.last_ns = self.max_ts
         yield from self._close_through(int(closable[-1]))
 
+    def finish(self, close_after_ns: int) -> Iterator[DistinctReport]:
+        """The end of the input: close the sub-windows that end by ``close_after_ns`` past the last record."""
+        if self.max_ts > _NEVER:
+            yield from self._close_through((self.max_ts + close_after_ns) // self.b - 1)
+
     def _stash(self, idx: np.ndarray, items: np.ndarray, groups: np.ndarray | None) -> None:
         cuts = np.flatnonzero(np.diff(idx)) + 1
         for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [idx.size])), strict=True):
@@ -237,11 +246,15 @@ def _ranked(counts: dict[str, int], top: int | None) -> tuple[tuple[str, int], .
     return tuple(heapq.nsmallest(top, counts.items(), key=key))
 
 
-def _check_options(top: int | None, watermark_ns: int) -> None:
+def _check_options(top: int | None, watermark_ns: int, close_after_ns: int | None = None) -> None:
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"top: expected a positive integer or None (all groups), got {top!r}")
-    if isinstance(watermark_ns, bool) or not isinstance(watermark_ns, int) or watermark_ns < 0:
-        raise ValueError(f"watermark_ns: expected a non-negative integer, got {watermark_ns!r}")
+    checks = {"watermark_ns": watermark_ns, "close_after_ns": close_after_ns}
+    for name, value in checks.items():
+        if value is None and name == "close_after_ns":
+            continue  # not closing at the end
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
 
 
 def run_engine(
@@ -253,22 +266,30 @@ def run_engine(
     watermark_ns: int = 0,
     full_windows: bool = False,
     stats: OfflineStats | None = None,
+    close_after_ns: int | None = None,
 ) -> Iterator[DistinctReport]:
     """Drive any engine with the shared interface (synopsis or oracle) over record batches.
 
     ``engine.N`` and ``engine.b`` are the window and sub-window in nanoseconds. Options are
     checked at once; the batches are read lazily, as the reports are consumed.
+    ``close_after_ns``: at the end of the input, close the sub-windows that end at most this long
+    after the last record (the pipeline at the end of a replay); ``None`` leaves them open.
     """
-    _check_options(top, watermark_ns)
+    _check_options(top, watermark_ns, close_after_ns)
     driver = _Driver(engine, watermark_ns, full_windows, top, stats if stats is not None else OfflineStats())
-    return _run(driver, batches, query)
+    return _run(driver, batches, query, close_after_ns)
 
 
 def _run(
-    driver: _Driver, batches: Iterable[pa.RecordBatch | pa.Table], query: DistinctQuery
+    driver: _Driver,
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    query: DistinctQuery,
+    close_after_ns: int | None,
 ) -> Iterator[DistinctReport]:
     for batch in batches:
         yield from driver.feed(_decode(batch, query))
+    if close_after_ns is not None:
+        yield from driver.finish(close_after_ns)
 
 
 def distinct_reports(
@@ -281,11 +302,14 @@ def distinct_reports(
     watermark_ns: int = 0,
     full_windows: bool = False,
     stats: OfflineStats | None = None,
+    close_after_ns: int | None = None,
 ) -> Iterator[DistinctReport]:
     """Run ``query`` over record batches (:data:`netmon.records.ARROW_SCHEMA`, file order).
 
     Yields one :class:`DistinctReport` per closed sub-window whose window holds an item, using
     a :class:`SubWindowDistinct` (HLL sketches, or exact sets with ``exact=True``).
+    ``close_after_ns`` closes, at the end, the sub-windows ending at most that long after the
+    last record (:func:`run_engine`).
 
     Examples
     --------
@@ -295,6 +319,8 @@ def distinct_reports(
     >>> q = DistinctQuery(name="ddos", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=1)
     >>> [r.to_json() for r in distinct_reports([t], q)][-1]  # 10.0.0.3's sub-window stays open
     {'end': '1970-01-01T00:00:02Z', 'groups': [{'group': '192.0.2.7', 'distinct': 2}]}
+    >>> [r.to_json() for r in distinct_reports([t], q, close_after_ns=10**9)][-1]  # closed
+    {'end': '1970-01-01T00:00:03Z', 'groups': [{'group': '192.0.2.7', 'distinct': 2}]}
     """
     engine = SubWindowDistinct(
         seconds_to_ns(query.window_s, name="window_s"),
@@ -303,8 +329,9 @@ def distinct_reports(
         exact=exact,
     )
     return run_engine(
-        engine, batches, query, top=top, watermark_ns=watermark_ns, full_windows=full_windows, stats=stats
-    )
+        engine, batches, query, top=top, watermark_ns=watermark_ns, full_windows=full_windows, stats=stats,
+        close_after_ns=close_after_ns,
+    )  # fmt: skip
 
 
 def exact_oracle(query: DistinctQuery) -> ExactSlidingDistinct:

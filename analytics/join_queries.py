@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -400,7 +399,7 @@ def measure_model(
 
 def analyze_join(
     query: HandshakeQuery | LinkQuery,
-    records: Any,
+    records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
     *,
     strategy: str = "none",
     x_left: float | None = None,
@@ -410,12 +409,14 @@ def analyze_join(
     cp_s: float | None = None,
     seed: int | None = None,
     batch_s: float = 1.0,
+    lateness_s: float = 0.0,
 ) -> tuple[JoinRun, JoinCostModel | None]:
     """``netmon analyze join``: run ``query`` with a strategy at given fractions or a budget.
 
     With ``budget`` (CPU seconds per second), an unshed run first measures λ_L, λ_R, f, C_u, C_p
     (C_u, C_p may be given instead); the optimizer (:class:`JoinCostModel`) then picks the
-    strategy's fractions, or Online Max-Subset gets the budget. Returns the run and the model used.
+    strategy's fractions, or Online Max-Subset gets the budget. ``lateness_s`` is the join's
+    (:func:`run_join`; the pipeline uses its watermark delay). Returns the run and the model used.
     """
     if budget is not None and (x_left is not None or x_right is not None):
         raise ValueError("budget: give either the fractions x_left/x_right or a budget, not both")
@@ -423,7 +424,7 @@ def analyze_join(
     model = None
     xl, xr = (1.0 if x_left is None else x_left), (1.0 if x_right is None else x_right)
     if budget is not None:
-        base = run_join(query, sides, batch_s=batch_s)
+        base = run_join(query, sides, batch_s=batch_s, lateness_s=lateness_s)
         model = measure_model(base, cu_s=cu_s, cp_s=cp_s, window=(query.window_left_s, query.window_right_s))
         if strategy in ("cf", "inp", "pni"):
             alloc = model.optimum(strategy, budget)
@@ -433,7 +434,10 @@ def analyze_join(
         window_right_s=query.window_right_s, cu_s=model.cu_s if model else (cu_s or 0.0),
         cp_s=model.cp_s if model else (cp_s or 0.0), budget=budget if budget is not None else math.inf,
     )  # fmt: skip
-    return run_join(query, sides, shedder=shedder, batch_s=batch_s, track_unmatched=True), model
+    run = run_join(
+        query, sides, shedder=shedder, batch_s=batch_s, lateness_s=lateness_s, track_unmatched=True
+    )
+    return run, model
 
 
 # -- query summaries ----------------------------------------------------------------------------

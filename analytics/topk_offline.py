@@ -13,7 +13,10 @@ aggregation counts and only the summaries enter the merge.
 
 A sub-window closes when it holds ``b`` counted records (count-based) or when a record of a later
 sub-window arrives (time-based: Spark's closing with a zero watermark delay). The sub-window still
-open at the end of the input is not closed. Time-based, a record of an already-closed sub-window
+open at the end of the input stays open, unless (time-based) the run is given ``close_after``:
+event time then advances that far past the last record, as the pipeline's watermark does on the
+control message that ends a replay (``ingest.replay.ReplayOptions.close_windows_s``), and the open
+sub-window closes if it ends by then. Time-based, a record of an already-closed sub-window
 (a timestamp going back across a sub-window boundary) is late: it is dropped and counted in
 ``late``.
 """
@@ -120,6 +123,8 @@ class OfflineTopK(Base):
         self.skipped = 0  # records without the key's fields
         self.late = 0  # time-based: records of an already-closed sub-window, dropped
         self._max_index: int | None = None
+        #: time-based: the largest timestamp seen (ns), records without the key included
+        self.last_ns: int | None = None
         # The still-open sub-window's aggregated rows: (its index, key texts, counts).
         self._carry: tuple[int, pa.Array, np.ndarray] | None = None
 
@@ -129,10 +134,59 @@ class OfflineTopK(Base):
         extra = ("ts",) * self.time_based + ("wire_len",) * (self.weight == "bytes")
         return tuple(dict.fromkeys((*self._fields, *extra)))
 
-    def run(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[dict[str, Any]]:
-        """Feed record batches in order; yield each report as its sub-window closes."""
+    def run(
+        self,
+        batches: Iterable[pa.RecordBatch | pa.Table],
+        *,
+        close_after: int | str | timedelta | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Feed record batches in order; yield each report as its sub-window closes.
+
+        ``close_after`` (time-based): at the end, :meth:`finish` with it; ``None`` leaves the last
+        sub-window open.
+        """
+        if close_after is not None:
+            self._check_close(close_after)
         for batch in batches:
             yield from self.feed(batch)
+        if close_after is not None:
+            yield from self.finish(close_after)
+
+    def finish(self, close_after: int | str | timedelta = 0) -> Iterator[dict[str, Any]]:
+        """The end of the input (time-based): event time advances ``close_after`` past the last record.
+
+        The open sub-window closes, with its reports, if it ends by then — what the pipeline does
+        when a replay's final watermark message puts its watermark ``close_after`` past the last
+        record. A duration (``"1s"``, ``timedelta``, integer ns) or ``0``.
+
+        >>> import pyarrow as pa
+        >>> t = pa.table({"ts": pa.array([0, 1_500_000_000], pa.timestamp("ns", tz="UTC")),
+        ...               "src_ip": ["a", "b"]})
+        >>> q = OfflineTopK("src_ip", N="1s", b="1s", k=1, time_based=True)
+        >>> [r["end"] for r in q.run([t])], [r["end"] for r in q.finish("1s")]
+        (['1970-01-01T00:00:01Z'], ['1970-01-01T00:00:02Z'])
+        """
+        after_ns = self._check_close(close_after)
+        if self.last_ns is None:
+            return
+        # Event time is now last_ns + after_ns: records of earlier sub-windows would be late.
+        now = (self.last_ns + after_ns) // self._b_units
+        self._max_index = now if self._max_index is None else max(self._max_index, now)
+        carry = self._carry
+        if carry is None or (carry[0] + 1) * self._b_units > self.last_ns + after_ns:
+            return  # nothing open, or it ends later: it stays open, as in the pipeline
+        index, texts, sums = carry
+        self._carry = None
+        rank = np.zeros(len(texts), np.int64)
+        keys = np.arange(len(texts), dtype=np.int64)
+        yield from self._close_rows(np.array([index], np.int64), rank, keys, sums, texts)
+
+    def _check_close(self, close_after: int | str | timedelta) -> int:
+        if not self.time_based:
+            raise ValueError("close_after: count-based sub-windows close only when they hold b records")
+        if isinstance(close_after, int) and not isinstance(close_after, bool) and close_after == 0:
+            return 0
+        return parse_duration(close_after, "close_after")
 
     def feed(self, batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:
         """Feed one batch; yield the reports of the sub-windows it closes."""
@@ -141,6 +195,11 @@ class OfflineTopK(Base):
             ts, ts_valid = as_numpy(_int64(batch.column("ts")))
             if ts_valid is not None:
                 valid = ts_valid if valid is None else valid & ts_valid
+        if self.time_based and batch.num_rows:
+            timed = ts if ts_valid is None else ts[ts_valid]
+            if len(timed):
+                high = int(timed.max())
+                self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
         n_valid = batch.num_rows if valid is None else int(np.count_nonzero(valid))
         self.skipped += batch.num_rows - n_valid
         if n_valid == 0:
@@ -228,7 +287,17 @@ class OfflineTopK(Base):
             self._carry = None
         if n_closed == 0:
             return
-        rank, keys, sums = rank[:n_closed], keys[:n_closed], sums[:n_closed]
+        yield from self._close_rows(windows, rank[:n_closed], keys[:n_closed], sums[:n_closed], texts)
+
+    def _close_rows(
+        self, windows: np.ndarray, rank: np.ndarray, keys: np.ndarray, sums: np.ndarray, texts: pa.Array
+    ) -> Iterator[dict[str, Any]]:
+        """Close the sub-windows ``windows[rank]`` holding keys ``texts[keys]`` with counts ``sums``.
+
+        The rows are in ascending (rank, key) order; each sub-window's top-k rows go to the
+        algorithm, in sub-window order, and their reports are yielded.
+        """
+        n_closed = len(rank)
         # Count descending within each sub-window; then (Alg. 6) only each one's top-k rows, ties
         # at the k-th count broken by the key text: the rows the Arrow-sorted path passed on.
         order = np.lexsort((-sums, rank))
@@ -284,9 +353,26 @@ def _int64(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.cast(column, pa.int64())
 
 
-def read_topk(path: str | Path, **query: Any) -> tuple[OfflineTopK, Iterator[dict[str, Any]]]:
-    """Open a capture with ``ingest.read_records`` and run ``OfflineTopK(**query)`` over it."""
+def read_topk(
+    path: str | Path,
+    *,
+    key: str | Sequence[str],
+    N: int | str | timedelta,
+    b: int | str | timedelta,
+    k: int,
+    weight: str = "packets",
+    time_based: bool = False,
+    exact: bool = False,
+    close_after: int | str | timedelta | None = None,
+) -> tuple[OfflineTopK, Iterator[dict[str, Any]]]:
+    """Open a capture with ``ingest.read_records`` and run an :class:`OfflineTopK` over it.
+
+    The parameters are :class:`OfflineTopK`'s and :meth:`OfflineTopK.run`'s ``close_after``;
+    they are checked at once, the capture is read as the reports are consumed.
+    """
     from ingest import read_records  # the capture reader lives in ingest/
 
-    q = OfflineTopK(**query)
-    return q, q.run(read_records(path, columns=q.columns))
+    q = OfflineTopK(key, N=N, b=b, k=k, weight=weight, time_based=time_based, exact=exact)
+    if close_after is not None:
+        q._check_close(close_after)
+    return q, q.run(read_records(path, columns=q.columns), close_after=close_after)

@@ -186,10 +186,8 @@ def _ts_ns(batch: pa.RecordBatch) -> np.ndarray:
 
 
 def _read_records(path: str | Path, *, batch_size: int, iface: str | None) -> Any:
-    try:
-        from ingest import read_records  # type: ignore[attr-defined]
-    except ImportError:  # the package may not re-export it
-        from ingest.readers import read_records  # type: ignore[no-redef]
+    from ingest.readers import read_records
+
     return read_records(path, batch_size=batch_size, iface=iface)
 
 

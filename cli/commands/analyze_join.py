@@ -10,9 +10,11 @@ Definitions: ``docs/joins.md``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import re
+from typing import Any
 
 import click
 import pandas as pd
@@ -28,9 +30,24 @@ from analytics.join_queries import (
     rtt_per_server,
     unanswered_syns,
 )
+from cli.commands.analyze_common import CONFIGURED_FIRST, find_query
+from cli.main import pass_config
+from netmon.config import Config
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|h)?\s*$")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _default(cls: type, name: str) -> Any:
+    """A constructor parameter's default, so that help texts state the one in the code."""
+    return inspect.signature(cls).parameters[name].default
+
+
+_WINDOW_S: dict[str, float] = {
+    "handshake": _default(HandshakeQuery, "window_s"),
+    "link": _default(LinkQuery, "window_s"),
+}
+_KEY: str = _default(LinkQuery, "key")
 
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -51,13 +68,28 @@ def _table(frame: pd.DataFrame, limit: int) -> str:
 @click.command("join")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "--query", "query_name", type=click.Choice(QUERY_NAMES), required=True, help="The built-in join."
+    "--query",
+    "query_name",
+    metavar="NAME",
+    required=True,
+    help="A [[queries.join]] query of the configuration (netmon config show), with its kind, window, "
+    "filters and keys and [pipeline] watermark_s as lateness (not its strategy: give --strategy); "
+    f"or a built-in one: {', '.join(QUERY_NAMES)}. {CONFIGURED_FIRST} The options below override.",
 )
-@click.option("--window", callback=_seconds, default="3s", show_default=True, help="Window T, e.g. 3s.")
+@click.option(
+    "--window",
+    callback=_seconds,
+    help=f"Window T, e.g. 3s [the query's, else {', '.join(f'{q} {t:g}s' for q, t in _WINDOW_S.items())}].",
+)
 @click.option("--left", help='link: stream A filter, e.g. "iface=eth0" or "dst_ip=10.1.0.0/16".')
 @click.option("--right", help="link: stream B filter.")
-@click.option("--key", default="src_ip", show_default=True, help="link: join key columns.")
+@click.option("--key", help=f"link: join key columns [the query's, else {_KEY}].")
 @click.option("--right-key", help="link: stream B's key columns if different.")
+@click.option(
+    "--lateness",
+    callback=_seconds,
+    help="How late a tuple may arrive and still join [a configured query: [pipeline] watermark_s, else 0].",
+)
 @click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="none", show_default=True)
 @click.option("--x-left", type=click.FloatRange(0, 1), help="Fraction x_L (cf/inp/pni).")
 @click.option("--x-right", type=click.FloatRange(0, 1), help="Fraction x_R (cf/inp/pni).")
@@ -70,14 +102,17 @@ def _table(frame: pd.DataFrame, limit: int) -> str:
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the shedding decisions.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True)
 @click.option("--top", type=click.IntRange(min=0), default=20, show_default=True, help="Table rows; 0: all.")
+@pass_config
 def command(
+    cfg: Config,
     file: str,
     query_name: str,
-    window: float,
+    window: float | None,
     left: str | None,
     right: str | None,
-    key: str,
+    key: str | None,
     right_key: str | None,
+    lateness: float | None,
     strategy: str,
     x_left: float | None,
     x_right: float | None,
@@ -89,10 +124,23 @@ def command(
     fmt: str,
     top: int,
 ) -> None:
-    """Run a built-in window join over FILE (pcap, pcapng, optionally gzip-compressed)."""
+    """Run a window join over FILE (pcap, pcapng, optionally gzip-compressed).
+
+    The join has no windows left open at the end of the file: every result is written when its
+    second tuple arrives, and a SYN counts as unanswered once T has passed before the end.
+    """
     from ingest import read_records
 
-    if query_name == "link" and not (left and right):
+    kind, lateness_default = query_name, 0.0
+    conf = find_query("join", query_name, cfg.queries.join, QUERY_NAMES)
+    if conf is not None:
+        kind, lateness_default = conf.query, cfg.pipeline.watermark_s
+        window = conf.window_s if window is None else window
+        left, right = left or conf.left or None, right or conf.right or None
+        key, right_key = key or conf.key, right_key or conf.right_key or None
+    window = _WINDOW_S[kind] if window is None else window
+    lateness = lateness_default if lateness is None else lateness
+    if kind == "link" and not (left and right):
         raise click.UsageError("--query link needs --left and --right stream filters")
     if budget is not None and (x_left is not None or x_right is not None):
         raise click.UsageError("give either --x-left/--x-right or --budget, not both")
@@ -101,12 +149,12 @@ def command(
     try:
         query = (
             HandshakeQuery(window)
-            if query_name == "handshake"
-            else LinkQuery(left, right, window, key, right_key)
+            if kind == "handshake"
+            else LinkQuery(left, right, window, key or _KEY, right_key)  # type: ignore[arg-type]
         )
         run, model = analyze_join(
             query, read_records(file), strategy=strategy, x_left=x_left, x_right=x_right, budget=budget,
-            cu_s=cu, cp_s=cp, seed=seed, batch_s=batch,
+            cu_s=cu, cp_s=cp, seed=seed, batch_s=batch, lateness_s=lateness,
         )  # fmt: skip
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -118,7 +166,7 @@ def command(
     click.echo(json.dumps(stats), err=True)
     res = run.results
     if fmt == "jsonl":
-        if query_name == "handshake" and len(res):
+        if kind == "handshake" and len(res):
             res = res.assign(rtt_s=(res["right_ts"] - res["left_ts"]).dt.total_seconds())
         if len(res):
             click.echo(
@@ -126,7 +174,7 @@ def command(
             )
         return
     click.echo(f"{len(res)} results ({strategy}); {len(run.left)} left and {len(run.right)} right tuples")
-    if query_name == "handshake":
+    if kind == "handshake":
         click.echo("\nHandshake RTT per server (seconds):")
         click.echo(_table(rtt_per_server(handshake_rtts(res)), top))
         click.echo(f"\nSYNs unanswered after {window:g} s, per destination:")

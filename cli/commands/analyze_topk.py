@@ -3,55 +3,97 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
 import click
 
+from cli.commands.analyze_common import close_after_ns, close_option, find_query, seconds_ns
+from cli.main import pass_config
+from netmon.config import Config, TopKQuery
+
 #: Library parameter names -> the options that set them, for error messages.
 _OPTION = {"N": "--window", "b": "--sub-window", "k": "-k", "key": "--key", "weight": "--weight"}
+
+#: A number with a time unit: a duration, which makes the windows event-time ones.
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|h)\s*$")
 
 
 @click.command("topk")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "--key", required=True, help="Record field(s): src_ip, dst_ip, 'src_ip,dst_ip', 'proto,dst_port'."
+    "--query",
+    "query_name",
+    metavar="NAME",
+    help="A [[queries.topk]] query of the configuration (netmon config show): its key, weight, "
+    "window, sub-window and k, event-time windows. The options below override them.",
 )
-@click.option("--weight", type=click.Choice(["packets", "bytes"]), default="packets", show_default=True)
+@click.option("--key", help="Record field(s): src_ip, dst_ip, 'src_ip,dst_ip', 'proto,dst_port'.")
 @click.option(
-    "--window", "window", required=True, help="N: packets, or a duration (10s, 500ms, 1m) with --time-based."
+    "--weight", type=click.Choice(["packets", "bytes"]), help="What is summed [the query's, else packets]."
 )
 @click.option(
-    "--sub-window", "sub_window", required=True, help="b: packets, or a duration with --time-based."
+    "--window",
+    "window",
+    help="N: a number of packets, or a duration (10s, 500ms, 1m), which implies --time-based.",
 )
-@click.option("-k", "k", type=int, required=True, help="Length of each sub-window's top-k list.")
-@click.option("--time-based", is_flag=True, help="Event-time windows; sub-windows aligned to multiples of b.")
+@click.option("--sub-window", "sub_window", help="b: packets, or a duration (implies --time-based).")
+@click.option("-k", "k", type=int, help="Length of each sub-window's top-k list.")
+@click.option(
+    "--time-based",
+    is_flag=True,
+    help="Event-time windows; sub-windows aligned to multiples of b (implied by --query or a duration).",
+)
 @click.option("--exact", is_flag=True, help="Exact oracle: every item truly above delta, with true counts.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True)
+@close_option
+@pass_config
 def command(
+    cfg: Config,
     file: str,
-    key: str,
-    weight: str,
-    window: str,
-    sub_window: str,
-    k: int,
+    query_name: str | None,
+    key: str | None,
+    weight: str | None,
+    window: str | None,
+    sub_window: str | None,
+    k: int | None,
     time_based: bool,
     exact: bool,
     fmt: str,
+    close_at_end: bool,
 ) -> None:
     """Sliding-window heavy hitters of FILE (pcap, pcapng, .gz): one report per closed sub-window.
 
     JSON lines {"end", "delta", "items": [{"key", "count"}]}; "end" is the number of records counted
-    (count-based) or the window's end time in ISO-8601 UTC (time-based). See docs/topk.md.
+    (count-based) or the window's end time in ISO-8601 UTC (time-based). Give --query NAME, or
+    --key, --window, --sub-window and -k. --close-at-end applies to event-time windows (a
+    count-based sub-window closes when it holds b packets). See docs/topk.md.
     """
     from analytics.topk_offline import read_topk
 
+    query = None
+    if query_name is not None:
+        query = find_query("topk", query_name, cfg.queries.topk)
+        assert query is not None  # top-k has no built-in offline queries
+        window, sub_window = _configured(query, window, sub_window)
+        key, weight, k = key or query.key, weight or query.weight, query.k if k is None else k
+    missing = [opt for opt, v in (("--key", key), ("--window", window), ("--sub-window", sub_window),
+                                  ("-k", k)) if v is None]  # fmt: skip
+    if missing:
+        raise click.UsageError(f"give --query NAME, or {', '.join(missing)}")
+    assert key is not None and window is not None and sub_window is not None and k is not None
+    time_based = (
+        time_based or query is not None or bool(_DURATION.match(window) or _DURATION.match(sub_window))
+    )
     try:
         n = window if time_based else _count("--window", window)
         b = sub_window if time_based else _count("--sub-window", sub_window)
-        query, reports = read_topk(
-            file, key=key, N=n, b=b, k=k, weight=weight, time_based=time_based, exact=exact
-        )
+        close = close_after_ns(cfg) if close_at_end and time_based else None
+        q, reports = read_topk(
+            file, key=key, N=n, b=b, k=k, weight=weight or "packets", time_based=time_based, exact=exact,
+            close_after=close,
+        )  # fmt: skip
         write = sys.stdout.write
         for report in reports:
             write(json.dumps(report) + "\n" if fmt == "jsonl" else _table(report))
@@ -60,10 +102,15 @@ def command(
     except ValueError as exc:
         name, sep, rest = str(exc).partition(": ")
         raise click.ClickException(f"{_OPTION.get(name, name)}{sep}{rest}") from None
-    if query.late:
-        click.echo(
-            f"netmon: {query.late} late records (timestamps before a closed sub-window) dropped", err=True
-        )
+    if q.late:
+        click.echo(f"netmon: {q.late} late records (timestamps before a closed sub-window) dropped", err=True)
+
+
+def _configured(query: TopKQuery, window: str | None, sub_window: str | None) -> tuple[str, str]:
+    """The window and sub-window: the options given, else the query's (as nanosecond durations)."""
+    n = window or f"{seconds_ns(query.window_s, 'window_s')}ns"
+    b = sub_window or f"{seconds_ns(query.sub_window_s, 'sub_window_s')}ns"
+    return n, b
 
 
 def _count(option: str, text: str) -> int:
@@ -71,7 +118,8 @@ def _count(option: str, text: str) -> int:
         return int(text)
     except ValueError:
         raise click.BadParameter(
-            f"a count-based window is a number of packets, got {text!r}", param_hint=option
+            f"expected a number of packets, or a duration such as 10s for event-time windows, got {text!r}",
+            param_hint=option,
         ) from None
 
 

@@ -27,7 +27,11 @@ from netmon.config import Config
 @click.option("--duration", "duration_s", type=float, help="Stop after S seconds.")
 @click.option("--write-pcap", type=click.Path(dir_okay=False), help="Also write the frames to this pcap.")
 @click.option("--topic", help="Topic to produce to (default [kafka] packets_topic).")
-@click.option("--bootstrap", help="Kafka bootstrap servers (default [kafka] bootstrap).")
+@click.option(
+    "--bootstrap",
+    help="Kafka bootstrap servers (default [kafka] bootstrap_servers; if empty, the local broker at "
+    "[kafka] host:port).",
+)
 @click.option("--list-ifaces", is_flag=True, help="List the interfaces and exit.")
 @click.option(
     "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."

@@ -18,7 +18,11 @@ from netmon.config import Config
 @click.command("replay")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--topic", help="Topic to produce to (default [kafka] packets_topic).")
-@click.option("--bootstrap", help="Kafka bootstrap servers (default [kafka] bootstrap).")
+@click.option(
+    "--bootstrap",
+    help="Kafka bootstrap servers (default [kafka] bootstrap_servers; if empty, the local broker at "
+    "[kafka] host:port).",
+)
 @click.option("--speed", type=float, help="Original pacing scaled: 1 = as captured, 10 = ten times faster.")
 @click.option("--pps", type=float, help="Fixed rate, packets per second.")
 @click.option("--loop", type=int, default=1, show_default=True, help="Replay N times, event time increasing.")
@@ -33,10 +37,25 @@ from netmon.config import Config
     "--filter", "filter_", metavar="EXPR", help='Keep matching records: "proto=tcp and dst_port=80".'
 )
 @click.option("--iface", help="Value of the iface column (default: from the file).")
-@click.option("--records-per-message", type=int, help="Records per Kafka message (default [ingest]).")
-@click.option("--linger-ms", type=int, help="Producer linger (default [ingest]).")
 @click.option(
-    "--compression", type=click.Choice(["lz4", "zstd", "gzip", "snappy", "none"]), help="Default [ingest]."
+    "--records-per-message",
+    type=int,
+    help="Records per Kafka message (default [ingest] records_per_message).",
+)
+@click.option("--linger-ms", type=int, help="Producer linger (default [ingest] linger_ms).")
+@click.option(
+    "--compression",
+    type=click.Choice(["lz4", "zstd", "gzip", "snappy", "none"]),
+    help="Default [ingest] compression.",
+)
+@click.option(
+    "--close-at-end/--keep-open",
+    "close_at_end",
+    default=False,
+    show_default=True,
+    help="End with a watermark control message [pipeline] watermark_s + traffic_window_s past the "
+    "last record, as netmon demo does: the pipeline then closes the windows that end by "
+    "traffic_window_s after it, as netmon analyze does by default at the end of a file.",
 )
 @click.option(
     "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."
@@ -60,6 +79,7 @@ def command(
     records_per_message: int | None,
     linger_ms: int | None,
     compression: str | None,
+    close_at_end: bool,
     timeout_s: float,
     quiet: bool,
     as_json: bool,
@@ -84,6 +104,9 @@ def command(
             records_per_message=records_per_message or cfg.ingest.records_per_message,
             linger_ms=cfg.ingest.linger_ms if linger_ms is None else linger_ms,
             compression=compression or cfg.ingest.compression,
+            close_windows_s=cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s
+            if close_at_end
+            else None,
         )
         summary = replay(
             file,

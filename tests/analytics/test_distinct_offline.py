@@ -244,6 +244,22 @@ def test_out_of_order_records_watermark_and_late_counts(seed, watermark_s):
         assert late == 0  # jitter (< 1 s) is within the watermark
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("watermark_s", "close_s"), [(0, 0), (0, 0.7), (0.3, 1), (2, 5)])
+def test_closing_at_the_end_is_a_keyless_record_past_the_last_one(seed, watermark_s, close_s):
+    # The pipeline at the end of a replay: a watermark message watermark + close past the last
+    # record; offline, a record without a key at that time, or close_after_ns.
+    q = DistinctQuery(name="t", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=0.5)
+    rows = random_rows(seed, jitter_s=0.5)
+    wm = seconds_to_ns(watermark_s) if watermark_s else 0
+    close = seconds_to_ns(close_s) if close_s else 0
+    last = max(r["ts"] for r in rows if r.get("ts") is not None)
+    want, _ = brute_reports([*rows, {"ts": last + wm + close}], q, watermark_ns=wm)
+    got = offline(rows, q, 37, watermark_ns=wm, close_after_ns=close)
+    assert got == want
+    assert len(got) > len(offline(rows, q, 37, watermark_ns=wm)) or (wm, close) == (0, 0)
+
+
 def test_hll_mode_reports_the_same_windows_and_is_exact_for_small_counts():
     q = DistinctQuery(name="t", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=0.5)
     rows = random_rows(11, 1500)
@@ -424,15 +440,27 @@ def test_cli_jsonl_equals_brute_force(cli_rows):
     )
     assert res.exit_code == 0, res.output
     q = DistinctQuery(name="t", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=0.5)
-    want, _ = brute_reports(rows, q, top=2)
+    # By default the command closes what the pipeline closes at the end of a demo replay: its
+    # watermark ends [pipeline] traffic_window_s (1 s) past the last record, as a keyless record
+    # then would make it (brute force, watermark 0).
+    last = max(r["ts"] for r in rows if r.get("ts") is not None)
+    want, _ = brute_reports([*rows, {"ts": last + S}], q, top=2)
     assert res.stdout.splitlines() == [json.dumps(r) for r in want]
+    kept = invoke(
+        path, "--count", "src_ip", "--group-by", "dst_ip", "--window", "2s", "--sub-window", "500ms",
+        "--exact", "--top", "2", "--keep-open",
+    )  # fmt: skip
+    want, _ = brute_reports(rows, q, top=2)
+    assert kept.stdout.splitlines() == [json.dumps(r) for r in want]
+    assert len(kept.stdout.splitlines()) < len(res.stdout.splitlines())
 
 
 def test_cli_query_hll_table_and_global_count(cli_rows):
     rows, path = cli_rows
     res = invoke(
-        path, "--query", "ddos", "--window", "2s", "--sub-window", "0.5s", "--format", "table", "--top", "0"
-    )
+        path, "--query", "ddos", "--window", "2s", "--sub-window", "0.5s", "--format", "table", "--top", "0",
+        "--keep-open",
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["end", "rank", "distinct", "group"]
@@ -442,7 +470,9 @@ def test_cli_query_hll_table_and_global_count(cli_rows):
         for r in want
         for rank, g in enumerate(r["groups"], 1)
     ]
-    res = invoke(path, "--count", "src_ip", "--window", "1s", "--sub-window", "1s", "--lg-k", "10")
+    res = invoke(
+        path, "--count", "src_ip", "--window", "1s", "--sub-window", "1s", "--lg-k", "10", "--keep-open"
+    )
     want, _ = brute_reports(rows, DistinctQuery(name="g", count="src_ip", window_s=1, sub_window_s=1))
     assert [json.loads(ln) for ln in res.stdout.splitlines()] == want
     assert all(r["groups"][0]["group"] == "" for r in want)
@@ -456,7 +486,7 @@ def test_cli_query_hll_table_and_global_count(cli_rows):
         (["--query", "ddos", "--group-by", "dst_ip"], 2, "--group-by goes with --count"),
         (["--count", "src_ip", "--exact", "--lg-k", "12"], 2, "--exact and --lg-k exclude each other"),
         (["--count", "src_ip", "--window", "ten"], 2, "window: cannot parse duration 'ten'"),
-        (["--query", "nope"], 2, "'nope' is not one of"),
+        (["--query", "nope"], 2, "--query: unknown query 'nope' (configured [[queries.distinct]]: "),
         (["--count", "src_ip", "--window", "3s", "--sub-window", "2s"], 1, "window_s: 3 is not a multiple"),
         (["--count", "src_ip", "--lg-k", "30"], 1, "lg_k: expected an integer in 4..21"),
         (["--count", "bogus"], 1, "key: unknown field 'bogus'"),
@@ -502,7 +532,9 @@ def test_cli_on_the_real_capture_equals_the_library(echo_batches, captures_dir):
     assert res.exit_code == 0, res.output
     want = [
         json.dumps(r.to_json())
-        for r in distinct_reports(echo_batches, with_window(get_query("flows"), 2, 0.1), top=20)
+        for r in distinct_reports(
+            echo_batches, with_window(get_query("flows"), 2, 0.1), top=20, close_after_ns=S
+        )  # the command's default: closing 1 s ([pipeline] traffic_window_s) past the last record
     ]
     assert res.stdout.splitlines() == want
 

@@ -77,16 +77,18 @@ def brute_count(records, N, b, k, exact=False):
     return brute_reports(subwindows, N // b, k, lambda i: (i + 1) * b, exact=exact)
 
 
-def brute_time(records, N_ns, b_ns, k, exact=False):
+def brute_time(records, N_ns, b_ns, k, exact=False, close_last=False):
+    """Reports of the time-based query; the last sub-window is closed only with ``close_last``."""
     kept, high = [], None
     for ts, key, w in records:  # late: a sub-window before one already seen
         if high is None or ts // b_ns >= high:
             kept.append((ts, key, w))
             high = ts // b_ns
     first, last = kept[0][0] // b_ns, kept[-1][0] // b_ns
-    subwindows = [[] for _ in range(first, last)]
+    stop = last + 1 if close_last else last
+    subwindows = [[] for _ in range(first, stop)]
     for ts, key, w in kept:
-        if ts // b_ns < last:
+        if ts // b_ns < stop:
             subwindows[ts // b_ns - first].append((key, w))
     reports = brute_reports(
         subwindows,
@@ -115,7 +117,7 @@ def test_count_based_equals_brute_force(key, weight, exact) -> None:
     for i, (_, k_text, w) in enumerate(records):
         alg.update(k_text, w)
         if (i + 1) % 50 == 0:
-            per_record += [r for r in [alg.slide()] if r is not None]
+            per_record += [r for r in [alg.slide().report()] if r is not None]
     if not exact:
         assert per_record == expected
 
@@ -175,7 +177,9 @@ def invoke(*args: str):
 def test_cli_errors_name_the_option(tmp_path: Path) -> None:
     path = tmp_path / "x.pcap"
     path.write_bytes(b"")
-    result = invoke(str(path), "--key", "src_ip", "--window", "10s", "--sub-window", "1s", "-k", "2")
+    result = invoke(str(path), "--key", "src_ip", "--window", "10 s", "--sub-window", "one", "-k", "2")
+    assert result.exit_code == 1 and "Error: --sub-window: cannot parse duration 'one'" in result.output
+    result = invoke(str(path), "--key", "src_ip", "--window", "ten", "--sub-window", "1", "-k", "2")
     assert result.exit_code == 2 and "--window" in result.output and "number of packets" in result.output
     result = invoke(str(path), "--key", "src_ip", "--window", "10", "--sub-window", "3", "-k", "2")
     assert result.exit_code == 1 and "Error: --window: must be a multiple of b" in result.output
@@ -224,11 +228,19 @@ def test_real_capture_time_based_bytes_tuple_key(echo_table: pa.Table) -> None:
     span = (records[-1][0] - records[0][0]) / B_NS
     b_ns = max(int(span / 40 * 1000), 1) * 1_000_000  # about 40 sub-windows, whole milliseconds
     expected, n_late = brute_time(records, 4 * b_ns, b_ns, 4)
-    result = invoke(
+    args = [
         str(path), "--key", "src_ip,dst_port", "--weight", "bytes", "--window", f"{4 * b_ns}ns",
         "--sub-window", f"{b_ns // 1_000_000}ms", "-k", "4", "--time-based",
-    )  # fmt: skip
+    ]  # fmt: skip
+    result = invoke(*args, "--keep-open")
     assert result.exit_code == 0
     lines = [line for line in result.output.splitlines() if line.startswith("{")]
     assert [json.loads(line) for line in lines] == expected and len(expected) > 10
     assert (f"{n_late} late records" in result.output) == (n_late > 0)
+    # By default the last sub-window closes too: it ends within [pipeline] traffic_window_s (1 s,
+    # more than b) of the last record, so the pipeline closes it at the end of a demo replay.
+    assert b_ns <= B_NS
+    closed, _ = brute_time(records, 4 * b_ns, b_ns, 4, close_last=True)
+    result = invoke(*args)
+    lines = [line for line in result.output.splitlines() if line.startswith("{")]
+    assert [json.loads(line) for line in lines] == closed and len(closed) == len(expected) + 1

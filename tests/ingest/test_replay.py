@@ -24,6 +24,7 @@ from ingest.generate import generate
 from ingest.pacing import FakeClock, Pacer
 from ingest.progress import ProgressLine, replay_line
 from ingest.replay import ReplayOptions, ReplayProgress, iso_ns, replay, shift_ts
+from netmon.config import load_config
 from netmon.filters import FilterError
 from netmon.records import ARROW_SCHEMA
 from tests.conftest import REPO_ROOT
@@ -163,6 +164,28 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, sample: Path) -> None:
     assert res.exit_code == 2 and "--start-at 'yesterday' is not an ISO-8601 time" in res.output
     res = runner.invoke(cli, ["replay", str(sample), "--bootstrap", "127.0.0.1:1", "--timeout", "1", "-q"])
     assert res.exit_code == 1 and "Kafka broker at 127.0.0.1:1 unavailable" in res.output
+
+
+def test_cli_close_at_end_sends_the_demo_watermark(monkeypatch: pytest.MonkeyPatch, sample: Path) -> None:
+    # netmon replay --close-at-end ends like netmon demo's replay: a watermark message
+    # [pipeline] watermark_s + traffic_window_s past the last record; by default, none.
+    import ingest.replay
+    from ingest.replay import ReplaySummary
+
+    seen: list[ReplayOptions] = []
+
+    def fake_replay(path: object, *, options: ReplayOptions, **kw: object) -> ReplaySummary:
+        seen.append(options)
+        return ReplaySummary(file=str(path), topic="t")
+
+    monkeypatch.setattr(ingest.replay, "replay", fake_replay)
+    for args in ([], ["--keep-open"], ["--close-at-end"]):
+        res = CliRunner().invoke(cli, ["replay", str(sample), "-q", *args], env={"NETMON_CONFIG": None})
+        assert res.exit_code == 0, res.output
+    pipeline = load_config(None, env={}).pipeline
+    assert [o.close_windows_s for o in seen] == [None, None, pipeline.watermark_s + pipeline.traffic_window_s]
+    help_text = " ".join(CliRunner().invoke(cli, ["replay", "--help"]).output.split())
+    assert "[kafka] bootstrap_servers" in help_text and "[kafka] bootstrap)" not in help_text
 
 
 # --- against the real broker ----------------------------------------------------------------------
@@ -389,18 +412,3 @@ def test_signal_flushes_and_closes(kafka_bootstrap: str, sample: Path, sig: sign
     assert summary["interrupted"] is True and 0 < summary["produced"] < 3000
     assert summary["produced"] == summary["acknowledged"]
     assert records_of(consume_all(kafka_bootstrap, topic)).num_rows == summary["produced"]
-
-
-@pytest.mark.kafka
-def test_bench_ingest_reports_every_figure(kafka_bootstrap: str) -> None:
-    from ingest.bench_replay import bench_ingest, format_report
-
-    result = bench_ingest(packets=3000, bootstrap=kafka_bootstrap, scapy_packets=300, baseline_packets=300)
-    assert result["parse"]["packets"] == result["replay"]["acknowledged"] == 3000
-    assert result["parse"]["scapy_packets"] == 300 and result["per_packet"]["packets"] == 300
-    assert result["replay"]["ratio"] == round(
-        result["replay"]["packets_per_s"] / result["per_packet"]["packets_per_s"], 1
-    )
-    text = "\n".join(format_report(result))
-    for label in ("parse", "scapy", "replay", "baseline", "targets"):
-        assert f"\n{label} " in text

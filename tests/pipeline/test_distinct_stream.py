@@ -109,14 +109,24 @@ def _published(cfg: Config, count: int) -> list[dict]:
     return rows
 
 
-def _offline(cfg: Config, close_windows_s: float) -> dict[str, Report]:
-    """``distinct_reports`` over the capture, plus a keyless record at the replay's control time."""
+def _offline(cfg: Config, close_windows_s: float, *, control_record: bool = True) -> dict[str, Report]:
+    """``distinct_reports`` over the capture, closing at the end as the replay's control message does.
+
+    Either a keyless record at the control message's event time is appended, or the run closes
+    what the pipeline's final watermark (``close_windows_s - watermark_s`` past the last record)
+    closes (``close_after_ns``, what ``netmon analyze distinct --close-at-end`` does).
+    """
     batches = list(read_records(SAMPLE))
-    table = pa.Table.from_batches(batches)
-    control = {name: pa.nulls(1, table.schema.field(name).type) for name in table.schema.names}
-    last_ns = max(t.value for t in table.column("ts") if t.is_valid)
-    control["ts"] = pa.array([last_ns + int(close_windows_s * 1e9)], table.schema.field("ts").type)
-    batches.append(pa.table(control, schema=table.schema))
+    watermark_ns = int(cfg.pipeline.watermark_s * 1e9)
+    close_after_ns = None
+    if control_record:
+        table = pa.Table.from_batches(batches)
+        control = {name: pa.nulls(1, table.schema.field(name).type) for name in table.schema.names}
+        last_ns = max(t.value for t in table.column("ts") if t.is_valid)
+        control["ts"] = pa.array([last_ns + int(close_windows_s * 1e9)], table.schema.field("ts").type)
+        batches.append(pa.table(control, schema=table.schema))
+    else:
+        close_after_ns = int(close_windows_s * 1e9) - watermark_ns
     out: dict[str, Report] = {}
     for q in cfg.queries.distinct:
         reports = distinct_reports(
@@ -124,19 +134,23 @@ def _offline(cfg: Config, close_windows_s: float) -> dict[str, Report]:
             offline_query(q),
             lg_k=q.lg_k,
             top=q.top or None,
-            watermark_ns=int(cfg.pipeline.watermark_s * 1e9),
+            watermark_ns=watermark_ns,
+            close_after_ns=close_after_ns,
         )
         out[q.name] = {r.end_ns: list(r.groups) for r in reports}
     return out
 
 
 def _cli(q: DistinctQuery, watermark_s: float) -> Report:
-    """``netmon analyze distinct SAMPLE ...`` for one configured query, parsed."""
+    """``netmon analyze distinct SAMPLE ... --keep-open`` for one configured query, parsed.
+
+    ``--keep-open``: the replay ends without extra event time (``close_windows_s = 0``).
+    """
     args = ["analyze", "distinct", str(SAMPLE), "--count", q.count]
     args += ["--group-by", q.group_by] if q.group_by else []
     args += ["--window", f"{q.window_s}s", "--sub-window", f"{q.sub_window_s}s", "--lg-k", str(q.lg_k)]
-    args += ["--top", str(q.top), "--watermark", f"{watermark_s}s"]
-    result = CliRunner().invoke(cli, args)
+    args += ["--top", str(q.top), "--watermark", f"{watermark_s}s", "--keep-open"]
+    result = CliRunner().invoke(cli, args, env={"NETMON_CONFIG": None})
     assert result.exit_code == 0, result.output
     out: Report = {}
     for line in result.stdout.splitlines():
@@ -250,6 +264,7 @@ def test_restart_from_checkpoint_gives_the_same_results(spark, kafka_bootstrap, 
     cfg = _config(netmon_config, tmp_path, topic, partitions=1, max_offsets_per_trigger=4)
     _replay(cfg, close_windows_s=close_s, records_per_message=100)
     expected = _offline(cfg, close_s)
+    assert _offline(cfg, close_s, control_record=False) == expected
 
     first = start_pipeline(spark, cfg, kinds=("distinct",), available_now=True)
     try:

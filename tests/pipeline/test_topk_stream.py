@@ -2,8 +2,10 @@
 
 A sample is replayed into Kafka with a final watermark control message exactly ``watermark_s``
 past its last record: Spark's watermark then stops at the last record's time, so Spark closes
-exactly the sub-windows the offline command closes (all but the one holding the last record) and
-both must produce the same reports — every window end, delta, item and count.
+exactly the sub-windows the offline command closes with ``--keep-open`` (all but the one holding
+the last record) and both must produce the same reports — every window end, delta, item and
+count. The restart test replays as ``netmon demo`` does (``watermark_s + traffic_window_s`` past
+the last record), which closes what the offline command's default ``--close-at-end`` closes.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ def _config(base: Config, data_dir: Path, topic: str, *, partitions: int = 2, **
     )
 
 
-def _replay(cfg: Config, **options: object) -> int:
+def _replay(cfg: Config, *, close_at_end: bool = False, **options: object) -> int:
     recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
-    # Watermark = the last record's time: Spark closes what the offline command closes.
-    opts = ReplayOptions(close_windows_s=cfg.pipeline.watermark_s, **options)  # type: ignore[arg-type]
+    # Watermark = the last record's time: Spark closes what `analyze topk --keep-open` closes;
+    # close_at_end: traffic_window_s later (netmon demo), what `analyze topk --close-at-end` closes.
+    close = cfg.pipeline.watermark_s + (cfg.pipeline.traffic_window_s if close_at_end else 0.0)
+    opts = ReplayOptions(close_windows_s=close, **options)  # type: ignore[arg-type]
     summary = replay(
         SAMPLE,
         bootstrap=cfg.kafka.bootstrap,
@@ -78,8 +82,10 @@ def _run_to_end(pipeline: Pipeline, timeout_s: float = 300) -> None:
         pipeline.stop()
 
 
-def offline_reports(path: Path = SAMPLE, queries: tuple[TopKQuery, ...] = QUERIES) -> Reports:
-    """``netmon analyze topk FILE --time-based`` per query: its JSON lines, parsed."""
+def offline_reports(
+    path: Path = SAMPLE, queries: tuple[TopKQuery, ...] = QUERIES, *, close_at_end: bool = False
+) -> Reports:
+    """``netmon analyze topk FILE --time-based --keep-open|--close-at-end`` per query: its JSON lines."""
     out: Reports = {}
     for q in queries:
         args = ["analyze", "topk", str(path), "--key", q.key, "--weight", q.weight, "-k", str(q.k)]
@@ -89,7 +95,8 @@ def offline_reports(path: Path = SAMPLE, queries: tuple[TopKQuery, ...] = QUERIE
             "--sub-window",
             f"{round(q.sub_window_s * 1000)}ms",
         ]
-        result = CliRunner().invoke(cli, [*args, "--time-based"], catch_exceptions=False)
+        args += ["--time-based", "--close-at-end" if close_at_end else "--keep-open"]
+        result = CliRunner().invoke(cli, args, catch_exceptions=False, env={"NETMON_CONFIG": None})
         assert result.exit_code == 0, result.output
         out[q.name] = [json.loads(line) for line in result.stdout.splitlines()]
     return out
@@ -197,7 +204,8 @@ def test_restart_from_checkpoint_resumes_exactly(spark, kafka_bootstrap, netmon_
     cfg = _config(
         netmon_config, tmp_path / "data", "netmon.test.topk.restart", partitions=1, max_offsets_per_trigger=8
     )
-    _replay(cfg, records_per_message=100)
+    # Replayed as netmon demo replays: the last sub-windows close too (offline: --close-at-end).
+    _replay(cfg, close_at_end=True, records_per_message=100)
     first = start_pipeline(spark, cfg, kinds=("topk",))
     try:
         while (stats := first.poll().get("topk")) is None or stats.batches < 2:
@@ -206,8 +214,10 @@ def test_restart_from_checkpoint_resumes_exactly(spark, kafka_bootstrap, netmon_
     finally:
         first.stop()
     partial = stream_reports(cfg)
-    expected = offline_reports()
+    expected = offline_reports(close_at_end=True)
     assert sum(map(len, partial.values())) < sum(map(len, expected.values())), "stopped too late"
+    kept = offline_reports()
+    assert all(len(expected[q.name]) > len(kept[q.name]) for q in QUERIES), "nothing more closed"
 
     _run_to_end(start_pipeline(spark, cfg, available_now=True, kinds=("topk",)))
     # No report lost or written twice (stream_reports folds rows per window end; duplicates
