@@ -74,8 +74,8 @@ def _results_totals(cfg: Config) -> tuple[int, int]:
 
 def _start_alerts(dcfg: Config) -> threading.Event:
     """The alert service over the demo's result topics, in a background thread."""
-    from alerts.config import alerts_config
     from alerts.service import AlertService
+    from netmon.config import alerts_config
     from netmon.kafka_admin import recreate_topic
 
     for kind in dcfg.pipeline.kinds:

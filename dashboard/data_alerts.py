@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import streamlit as st
 
 from alerts.outbox import Outbox, outbox_path
+from dashboard.data import cached
 
 __all__ = ["ALERT_COLUMNS", "alerts", "counts", "dead_letters", "outbox_file"]
 
@@ -38,7 +38,7 @@ def _open(state_dir: str) -> Outbox | None:
     return Outbox(path, readonly=True) if path.exists() else None
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@cached()
 def alerts(state_dir: str) -> pd.DataFrame:
     """One row per alert episode, newest first, with the delivery state per target as columns."""
     outbox = _open(state_dir)
@@ -58,7 +58,7 @@ def alerts(state_dir: str) -> pd.DataFrame:
     return df[ALERT_COLUMNS + [f"→ {t}" for t in targets] + ["labels", "alert_id", "episode_id"]]
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@cached()
 def dead_letters(state_dir: str) -> pd.DataFrame:
     """Deliveries that gave up: event, target, attempts, last error."""
     columns = ["target", "rule", "subject", "status", "attempts", "last_error", "last_at", "event_id"]
@@ -72,7 +72,7 @@ def dead_letters(state_dir: str) -> pd.DataFrame:
     return df[columns]
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@cached()
 def counts(state_dir: str) -> dict[str, int]:
     """Firing/resolved episodes; pending/delivered/dead deliveries."""
     outbox = _open(state_dir)

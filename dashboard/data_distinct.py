@@ -11,7 +11,6 @@ import datetime as dt
 from pathlib import Path
 
 import pandas as pd
-import streamlit as st
 
 from dashboard import data
 from netmon.config import DistinctQuery
@@ -22,7 +21,7 @@ __all__ = ["COLUMNS", "describe", "distinct_counts", "in_range", "suspects", "to
 COLUMNS = ["query", "window_end", "group", "distinct", "rank"]
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@data.cached()
 def distinct_counts(data_dir: str) -> pd.DataFrame:
     """Every committed row, ordered by query, window end and rank."""
     cfg = data.config().replace(paths={"data_dir": Path(data_dir)})

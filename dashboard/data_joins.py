@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from analytics.join_queries import rtt_per_server
-from dashboard.data import config
+from dashboard.data import cached, config
 from netmon.results import read_results, results_dir
 
 __all__ = [
@@ -55,7 +55,7 @@ def _results(data_dir: str, kind: str, columns: list[str] | None = None) -> pd.D
     return None if table is None or table.num_rows == 0 else table.to_pandas()
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@cached()
 def join_results(data_dir: str) -> pd.DataFrame:
     """Every committed join row (the columns the pages use), oldest result first."""
     df = _results(data_dir, "joins", _JOIN_COLUMNS)
@@ -112,7 +112,7 @@ def link_matches(results: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(order, ascending=[True, False, True], kind="stable").reset_index(drop=True)[cols]
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@cached()
 def shedding_stats(data_dir: str) -> pd.DataFrame:
     """The controller's per-batch rows, by query and batch, with ``unshed_estimate`` per batch."""
     df = _results(data_dir, "shedding")
@@ -126,6 +126,7 @@ def shedding_stats(data_dir: str) -> pd.DataFrame:
     return df.sort_values(["query", "batch_id"], kind="stable").reset_index(drop=True)
 
 
+# Not a live result: the tables change only when `netmon eval shedding` runs again, not every refresh.
 @st.cache_data(ttl=60, max_entries=2, show_spinner=False)
 def shedding_eval(directory: str = str(EVAL_DIR)) -> pd.DataFrame:
     """The ``netmon eval shedding`` tables (one per dataset), concatenated; empty if absent."""

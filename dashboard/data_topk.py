@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import streamlit as st
 
 from dashboard import data
 from netmon.results import read_results, results_dir
@@ -19,7 +18,7 @@ __all__ = ["COLUMNS", "topk"]
 COLUMNS = ["query", "window_end", "delta", "rank", "key", "count", "total", "share"]
 
 
-@st.cache_data(ttl=2, max_entries=4, show_spinner=False)
+@data.cached()
 def topk(data_dir: str) -> pd.DataFrame:
     """Every committed report row, with ``share`` = count / the window's total, by query and time."""
     cfg = data.config().replace(paths={"data_dir": Path(data_dir)})

@@ -329,10 +329,8 @@ class _Batch:
 
 
 def _decode_frames() -> Callable[..., Any]:
-    try:
-        from ingest import decode_frames  # type: ignore[attr-defined]
-    except ImportError:
-        from ingest.decode import decode_frames
+    from ingest.decode import decode_frames
+
     return decode_frames
 
 

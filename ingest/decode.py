@@ -323,6 +323,7 @@ def decode_headers(
     end = ds + np.asarray(cap_len, dtype=np.int64)
     n = len(ds)
     skipped: dict[str, int] = {}
+    groups: list[tuple[int, np.ndarray | None]]  # (linktype, its frames; None: all of them)
     if np.ndim(linktype) == 0:
         groups = [(int(linktype), None)]
     else:
@@ -389,7 +390,7 @@ def _network_layer(
 
     ext = np.flatnonzero(ok & want6 & np.isin(proto, _IPV6_EXT))
     if ext.size:
-        mv = memoryview(buf)
+        mv = buf.data  # a memoryview
         for i in ext.tolist():
             nh, p, frag, cut = _walk_ipv6(mv, int(l4[i]), int(end[i]), int(proto[i]))
             proto[i], l4[i], non_first[i], l4_cut[i] = nh, p, frag, cut
@@ -636,6 +637,11 @@ def build_batch(
         raise ValueError(f"columns: {missing} were not decoded (decode_headers(..., transport=False))")
     idx = cols.index
     v4 = cols.ip_version == 4
+
+    def transport(values: np.ndarray | None) -> np.ndarray:
+        assert values is not None  # checked above: the transport columns asked for were decoded
+        return values
+
     build = {
         "ts": lambda: _from_numpy(np.asarray(ts_ns, dtype=np.int64)[idx], pa.int64()).view(_TS_TYPE),
         "cap_len": lambda: _from_numpy(np.asarray(cap_len)[idx], pa.int32()),
@@ -646,14 +652,14 @@ def build_batch(
         "proto": lambda: _from_numpy(cols.proto, pa.int16()),
         "ip_len": lambda: _from_numpy(cols.ip_len, pa.int32()),
         "ttl": lambda: _from_numpy(cols.ttl, pa.int16()),
-        "src_port": lambda: _from_numpy(cols.src_port, pa.int32(), cols.port_valid),
-        "dst_port": lambda: _from_numpy(cols.dst_port, pa.int32(), cols.port_valid),
-        "tcp_flags": lambda: _from_numpy(cols.tcp_flags, pa.int16(), cols.tcp_valid),
-        "tcp_seq": lambda: _from_numpy(cols.tcp_seq, pa.int64(), cols.tcp_valid),
-        "tcp_ack": lambda: _from_numpy(cols.tcp_ack, pa.int64(), cols.tcp_valid),
-        "tcp_window": lambda: _from_numpy(cols.tcp_window, pa.int32(), cols.tcp_valid),
-        "icmp_type": lambda: _from_numpy(cols.icmp_type, pa.int16(), cols.icmp_valid),
-        "icmp_code": lambda: _from_numpy(cols.icmp_code, pa.int16(), cols.icmp_valid),
+        "src_port": lambda: _from_numpy(transport(cols.src_port), pa.int32(), cols.port_valid),
+        "dst_port": lambda: _from_numpy(transport(cols.dst_port), pa.int32(), cols.port_valid),
+        "tcp_flags": lambda: _from_numpy(transport(cols.tcp_flags), pa.int16(), cols.tcp_valid),
+        "tcp_seq": lambda: _from_numpy(transport(cols.tcp_seq), pa.int64(), cols.tcp_valid),
+        "tcp_ack": lambda: _from_numpy(transport(cols.tcp_ack), pa.int64(), cols.tcp_valid),
+        "tcp_window": lambda: _from_numpy(transport(cols.tcp_window), pa.int32(), cols.tcp_valid),
+        "icmp_type": lambda: _from_numpy(transport(cols.icmp_type), pa.int16(), cols.icmp_valid),
+        "icmp_code": lambda: _from_numpy(transport(cols.icmp_code), pa.int16(), cols.icmp_valid),
         "vlan": lambda: _from_numpy(cols.vlan, pa.int32(), cols.vlan_valid),
         "iface": lambda: _iface_column(iface, idx),
     }

@@ -7,11 +7,9 @@ Absent fields are null.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pyarrow as pa
 
-__all__ = ["ARROW_SCHEMA", "RECORD_COLUMNS", "SPARK_DDL", "WIRE_FORMAT", "WIRE_VERSION", "parse_key"]
+__all__ = ["ARROW_SCHEMA", "RECORD_COLUMNS", "SPARK_DDL", "WIRE_FORMAT", "WIRE_VERSION"]
 
 #: Wire-format name and version, sent as Kafka headers ``netmon.format`` / ``netmon.version``.
 WIRE_FORMAT = "packets-csv"
@@ -43,30 +41,38 @@ ARROW_SCHEMA = pa.schema(
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
 
-#: The Spark DDL of one wire-format line: ``ts`` travels as integer nanoseconds (``ts_ns``) and the
-#: pipeline derives the ``ts`` timestamp (microseconds, Spark's precision) from it.
-SPARK_DDL = (
-    "ts_ns BIGINT, cap_len INT, wire_len INT, ip_version TINYINT, src_ip STRING, dst_ip STRING, "
-    "proto SMALLINT, ip_len INT, ttl SMALLINT, src_port INT, dst_port INT, tcp_flags SMALLINT, "
-    "tcp_seq BIGINT, tcp_ack BIGINT, tcp_window INT, icmp_type SMALLINT, icmp_code SMALLINT, "
-    "vlan INT, iface STRING"
-)
-
-#: Columns that are not key fields (every record has its own time).
-_NOT_KEYS = {"ts"}
+#: Spark SQL type of each Arrow type the record uses (``ts`` aside: see :data:`SPARK_DDL`).
+_SPARK_TYPES = {
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
+    pa.int32(): "INT",
+    pa.int64(): "BIGINT",
+    pa.string(): "STRING",
+}
 
 
-def parse_key(spec: str | Sequence[str]) -> tuple[str, ...]:
-    """``"src_ip,dst_ip"`` or ``("src_ip", "dst_ip")`` -> validated tuple of column names.
+def _spark_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL of a wire-format line of ``schema``: ``ts`` as ``ts_ns BIGINT``, then by Arrow type.
 
-    >>> parse_key("proto, dst_port")
-    ('proto', 'dst_port')
+    >>> _spark_ddl(pa.schema([("ts", pa.timestamp("ns", tz="UTC")), ("proto", pa.int16())]))
+    'ts_ns BIGINT, proto SMALLINT'
+    >>> _spark_ddl(pa.schema([("ts", pa.timestamp("ns", tz="UTC")), ("x", pa.float64())]))
+    Traceback (most recent call last):
+    ...
+    ValueError: no Spark type for column 'x' (double)
     """
-    fields = tuple(f.strip() for f in (spec.split(",") if isinstance(spec, str) else spec) if f.strip())
-    if not fields:
-        raise ValueError("key: empty key specification")
-    for f in fields:
-        if f not in RECORD_COLUMNS or f in _NOT_KEYS:
-            allowed = ", ".join(c for c in RECORD_COLUMNS if c not in _NOT_KEYS)
-            raise ValueError(f"key: unknown field {f!r} (one of: {allowed})")
-    return fields
+    columns = []
+    for field in schema:
+        if field.name == "ts" and pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            columns.append("ts_ns BIGINT")  # integer nanoseconds on the wire
+        elif field.type in _SPARK_TYPES:
+            columns.append(f"{field.name} {_SPARK_TYPES[field.type]}")
+        else:
+            raise ValueError(f"no Spark type for column {field.name!r} ({field.type})")
+    return ", ".join(columns)
+
+
+#: The Spark DDL of one wire-format line: ``ts`` travels as integer nanoseconds (``ts_ns``) and the
+#: pipeline derives the ``ts`` timestamp (microseconds, Spark's precision) from it. Derived from
+#: :data:`ARROW_SCHEMA`, so the two cannot drift apart.
+SPARK_DDL = _spark_ddl(ARROW_SCHEMA)

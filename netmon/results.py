@@ -95,9 +95,9 @@ def committed_files(directory: Path) -> list[Path]:
     start = max(compacts) if compacts else min(batches)
     files: dict[str, bool] = {}
     for batch in sorted(b for b in batches if b >= start):
-        for entry in _log_entries(batches[batch]):
-            path = unquote(urlparse(entry["path"]).path)
-            files[path] = entry.get("action", "add") == "add"
+        for logged in _log_entries(batches[batch]):
+            path = unquote(urlparse(logged["path"]).path)
+            files[path] = logged.get("action", "add") == "add"
     return sorted(Path(p) for p, present in files.items() if present and Path(p).exists())
 
 

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -129,7 +129,8 @@ class Pipeline:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for query in self.queries.values():
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            query.awaitTermination(left)
+            # pyspark annotates the timeout as int, yet takes float seconds (it waits int(timeout * 1000) ms)
+            query.awaitTermination(cast(int | None, left))
 
     def stop(self) -> None:
         for query in self.queries.values():

@@ -9,9 +9,8 @@ from typing import Any
 
 import click
 
-from alerts.config import AlertsConfig, alerts_config
 from cli.main import pass_config
-from netmon.config import Config, ConfigError
+from netmon.config import AlertsConfig, Config, ConfigError, alerts_config, load_config
 
 pass_alerts = click.make_pass_decorator(AlertsConfig)
 
@@ -28,7 +27,8 @@ pass_alerts = click.make_pass_decorator(AlertsConfig)
 def command(ctx: click.Context, alerts_path: str | None) -> None:
     """Evaluate alert rules on the result topics and deliver signed webhooks (docs/alerts.md)."""
     try:
-        ctx.obj = alerts_config(ctx.find_object(Config), alerts_path)
+        # `netmon` loaded the configuration; the group run on its own reads $NETMON_CONFIG
+        ctx.obj = alerts_config(ctx.find_object(Config) or load_config(), alerts_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 

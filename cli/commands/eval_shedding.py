@@ -105,7 +105,7 @@ def command(
     if synthetic == (file is not None):
         raise click.UsageError("give either FILE or --synthetic")
     try:
-        if synthetic:
+        if file is None:  # --synthetic
             left_side, right_side = synthetic_sides(
                 n_keys=n_keys, skew=skew, lambda_left=rate, lambda_right=rate, duration_s=duration,
                 correlation=correlation, seed=1,
@@ -119,13 +119,13 @@ def command(
         else:
             from ingest import read_records
 
-            if query_name == "link" and not (left and right):
+            query: HandshakeQuery | LinkQuery
+            if query_name == "handshake":
+                query = HandshakeQuery(window)
+            elif left and right:
+                query = LinkQuery(left, right, window, key, right_key)
+            else:
                 raise click.UsageError("--query link needs --left and --right stream filters")
-            query = (
-                HandshakeQuery(window)
-                if query_name == "handshake"
-                else LinkQuery(left, right, window, key, right_key)
-            )
             left_side, right_side = query.sides(read_records(file))
             windows = WindowSpec(query.window_left_s, query.window_right_s)
             label = name or f"{Path(file).name.split('.')[0]}-{query_name}"

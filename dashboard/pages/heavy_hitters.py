@@ -22,7 +22,7 @@ st.caption(
 
 RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
 rows = data_topk.topk(str(cfg.paths.data_dir))
-names = list(configured) + sorted(set(rows["query"]) - set(configured))
+names: list[str] = list(configured) + sorted(set(rows["query"]) - set(configured))
 if not names:
     st.info("No top-k queries configured ([[queries.topk]] in netmon.toml).")
     st.stop()

@@ -106,7 +106,7 @@ class CaptureReader:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.schema = projected_schema(columns)
         self.columns = None if columns is None else tuple(self.schema.names)
-        self._transport = columns is None or any(c in TRANSPORT_FIELDS for c in self.columns)
+        self._transport = columns is None or any(c in TRANSPORT_FIELDS for c in self.schema.names)
         self.path = str(path)
         self.batch_size = int(batch_size)
         self.iface = iface

@@ -13,8 +13,8 @@ import gzip
 import io
 import lzma
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -25,7 +25,8 @@ __all__ = ["ChunkSource", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 
-_COMPRESSED = {
+#: magic bytes -> (compression, opener of the decompressed stream over the buffered file)
+_COMPRESSED: dict[bytes, tuple[str, Callable[[io.BufferedReader], io.BufferedIOBase]]] = {
     b"\x1f\x8b": ("gzip", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
     b"BZh": ("bz2", bz2.BZ2File),
     b"\xfd7zXZ\x00": ("xz", lzma.LZMAFile),
@@ -52,18 +53,18 @@ class ChunkSource:
         self.name = Path(path).name
         self.chunk_bytes = max(int(chunk_bytes), 64)
         try:
-            self._raw: BinaryIO = open(path, "rb", buffering=0)  # closed by close()
+            self._raw = open(path, "rb", buffering=0)  # closed by close()
         except OSError as exc:
             raise CaptureError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
         self.size = os.fstat(self._raw.fileno()).st_size
         head = self._raw.read(6)
         self._raw.seek(0)
         self.compression: str | None = None
-        self._stream: BinaryIO = self._raw
+        self._stream: io.RawIOBase | io.BufferedIOBase = self._raw
         for magic, (name, opener) in _COMPRESSED.items():
             if head.startswith(magic):
                 self.compression = name
-                self._stream = opener(io.BufferedReader(self._raw, 1 << 20))  # type: ignore[assignment]
+                self._stream = opener(io.BufferedReader(self._raw, 1 << 20))
         self.buf = bytearray(self.chunk_bytes + PAD)
         self.n = 0
         self.base = 0
