@@ -8,6 +8,9 @@ See ``docs/alerts.md``.
 
 The ``[alerts]`` section's classes live on the ground floor (:mod:`netmon.config.alerts`, one
 loader for every section) and are re-exported here.
+
+Floor 3 of the house (README, "Architecture"): it stands on ``netmon`` only; ``pipeline``
+shares the floor and neither imports the other.
 """
 
 from __future__ import annotations

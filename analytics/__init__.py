@@ -49,6 +49,8 @@ Per family:
   ``decide(...)`` (both shedders) is the batch form, one decision per tuple.
 
 ``__all__`` lists the modules (``from analytics import *`` imports them all).
+
+Floor 2 of the house (README, "Architecture"): it stands on ``ingest`` and ``netmon``.
 """
 
 __all__ = [

@@ -7,6 +7,9 @@ Streamlit for ``netmon dashboard`` and ``netmon demo``.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).
+
+Floor 4 of the house (README, "Architecture"): it stands on ``alerts``, ``analytics`` and
+``netmon``.
 """
 
 __all__ = [

@@ -2,6 +2,8 @@
 
 The names below are imported on first use (PEP 562), so ``import ingest`` stays cheap and a
 module that is not there yet never breaks the others.
+
+Floor 1 of the house (README, "Architecture"): it stands on ``netmon`` only.
 """
 
 from __future__ import annotations

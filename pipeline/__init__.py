@@ -7,6 +7,9 @@ follows their progress; ``batch_sink`` commits the files of a kind written per m
 (``distinct``); ``publish`` copies committed results to Kafka topics.
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
+
+Floor 3 of the house (README, "Architecture"): it stands on ``analytics``, ``ingest`` and
+``netmon``; ``alerts`` shares the floor and neither imports the other.
 """
 
 __all__ = [
