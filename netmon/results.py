@@ -78,9 +78,17 @@ def _batch_commits(log: Path) -> list[Path]:
 
 
 def committed_files(directory: Path) -> list[Path]:
-    """The Parquet files of ``directory`` that its sink log says are committed."""
-    if (Path(directory) / COMMITS).is_dir():
-        return _batch_commits(Path(directory) / COMMITS)
+    """The Parquet files of ``directory`` that its sink logs say are committed.
+
+    A directory may hold both logs: Spark's file sink wrote it before the kind moved to the
+    shared micro-batch (``pipeline.job``), netmon's commit log since; both are read.
+    """
+    files = _batch_commits(Path(directory) / COMMITS) if (Path(directory) / COMMITS).is_dir() else []
+    return files + _sink_files(Path(directory))
+
+
+def _sink_files(directory: Path) -> list[Path]:
+    """The files Spark's file sink log (``_spark_metadata``) names as committed."""
     meta = Path(directory) / "_spark_metadata"
     if not meta.is_dir():
         return []
@@ -93,12 +101,12 @@ def committed_files(directory: Path) -> list[Path]:
         return []
     compacts = [b for b, p in batches.items() if p.name.endswith(".compact")]
     start = max(compacts) if compacts else min(batches)
-    files: dict[str, bool] = {}
+    present: dict[str, bool] = {}
     for batch in sorted(b for b in batches if b >= start):
         for logged in _log_entries(batches[batch]):
             path = unquote(urlparse(logged["path"]).path)
-            files[path] = logged.get("action", "add") == "add"
-    return sorted(Path(p) for p, present in files.items() if present and Path(p).exists())
+            present[path] = logged.get("action", "add") == "add"
+    return sorted(Path(p) for p, kept in present.items() if kept and Path(p).exists())
 
 
 def result_files(directory: Path) -> list[Path]:

@@ -1,10 +1,12 @@
 """The Spark side: netmon's Structured Streaming job, wiring ``analytics`` into Spark.
 
-``session`` builds the one SparkSession; ``source`` reads and decodes Kafka; ``traffic``, ``topk``
-(with its stateful merge ``topk_state``), ``distinct`` and ``joins`` (with ``join_state`` and the
-live ``shedding_controller``) build one streaming query per result kind; ``job`` starts them and
-follows their progress; ``batch_sink`` commits the files of a kind written per micro-batch
-(``distinct``); ``publish`` copies committed results to Kafka topics.
+``session`` builds the one SparkSession; ``source`` reads and decodes Kafka; ``job`` starts one
+shared query that reads Kafka once and hands each micro-batch to the batch kinds — ``traffic``
+and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass) and ``distinct`` —
+plus the joins' own streaming queries (``joins`` with ``join_state`` and the live
+``shedding_controller``), and follows their progress. ``batch_state`` keeps a batch kind's state
+per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
+stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka.
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
 
@@ -14,10 +16,12 @@ Floor 3 of the house (README, "Architecture"): it stands on ``analytics``, ``ing
 
 __all__ = [
     "batch_sink",
+    "batch_state",
     "distinct",
     "job",
     "join_state",
     "joins",
+    "partials",
     "publish",
     "session",
     "shedding_controller",

@@ -22,12 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter
 
 from netmon.results import COMMITS
 
-__all__ = ["BatchOutput", "commit_batch", "write_batch"]
+__all__ = ["BatchOutput", "commit_batch", "write_batch", "write_table"]
 
 
 #: ``(results dir, checkpoint dir) -> function(batch DataFrame, batch id)``
@@ -54,6 +56,27 @@ def write_batch(df: DataFrame, results: Path, batch_id: int) -> list[str]:
     target = Path(results) / f"batch-{batch_id:06d}"
     df.write.mode("overwrite").parquet(str(target))
     names = sorted(p.name for p in target.glob("*.parquet"))
+    commit_batch(results, batch_id, [f"{target.name}/{n}" for n in names])
+    return names
+
+
+def write_table(table: pa.Table, results: Path, batch_id: int) -> list[str]:
+    """Write one batch's rows from the driver (a few thousand rows: no Spark job) and commit them.
+
+    The same layout as :func:`write_batch`: ``batch-<id>/part-00000.parquet``, replaced whole when
+    the batch runs again; an empty table commits the batch with no file.
+    """
+    target = Path(results) / f"batch-{batch_id:06d}"
+    if target.exists():
+        for old in target.glob("*"):
+            old.unlink()
+    names: list[str] = []
+    if table.num_rows:
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = target / ".part-00000.parquet.tmp"
+        pq.write_table(table, tmp)
+        tmp.replace(target / "part-00000.parquet")
+        names = ["part-00000.parquet"]
     commit_batch(results, batch_id, [f"{target.name}/{n}" for n in names])
     return names
 

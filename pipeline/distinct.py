@@ -63,6 +63,7 @@ __all__ = [
     "Chain",
     "SlidingDistinct",
     "build_distinct",
+    "build_distinct_batch",
     "build_distinct_outputs",
     "batch_sketches",
     "chains_of",
@@ -359,8 +360,11 @@ class SlidingDistinct:
         before = self._stored(batch_id - 1)
         previous = before[max(before)] if before else {"watermark_ms": None}
         lows = {c.label: _last(c, previous["watermark_ms"]) for c in self.chains}
-        if len(self.chains) > 1:
-            df = df.persist()  # each chain reads the batch: once from Kafka, then from memory
+        # Each chain reads the batch: once from Kafka, then from memory (the shared micro-batch of
+        # pipeline.job comes cached already, and stays cached for the other kinds).
+        owned = len(self.chains) > 1 and not df.is_cached
+        if owned:
+            df = df.persist()
         # Control rows only move event time (their keys are null).
         parts = [batch_sketches(df, c, lows[c.label]) for c in self.chains]
         new = parts[0]
@@ -381,7 +385,8 @@ class SlidingDistinct:
             ],
         ).first()
         new.unpersist()
-        df.unpersist()
+        if owned:
+            df.unpersist()
         sketched = time.perf_counter()
         max_us, late_rows = seen["max_us"], int(seen["late"] or 0)
         watermark_ms = previous["watermark_ms"]
@@ -475,6 +480,16 @@ def build_distinct(
         lambda results, checkpoint: SlidingDistinct(
             chains, results, checkpoint, watermark_ms=delay_ms, rank=rank
         ),
+    )
+
+
+def build_distinct_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingDistinct:
+    """The distinct-count kind's function on the shared micro-batch (``pipeline.job``)."""
+    return SlidingDistinct(
+        chains_of(cfg.queries.distinct),
+        results,
+        checkpoint,
+        watermark_ms=int(round(cfg.pipeline.watermark_s * 1000)),
     )
 
 

@@ -1,44 +1,147 @@
-"""netmon's Spark Structured Streaming application: Kafka in, one query per result kind, Parquet out.
+"""netmon's Spark Structured Streaming application: Kafka read once, every result kind on one batch.
 
-``start_pipeline`` starts the queries on a session; ``Pipeline`` follows their progress (per-batch
-counts of packets, malformed records and late rows dropped by the watermark) and writes a small
-status file the dashboard and ``netmon demo`` read.
+``start_pipeline`` starts, on one session:
+
+- **the shared query** (``packets``): one Kafka read and one decode (``pipeline.source``); each
+  micro-batch is cached and handed to every *batch kind* in turn — traffic, top-k and distinct
+  counts — each of which keeps its own state beside its checkpoint and commits its rows per batch
+  (``pipeline.batch_sink``), so a batch that Spark runs again after a crash rewrites the same rows;
+- **stream kinds** (the joins and their shedding statistics) as their own streaming queries: the
+  join keeps its per-bucket state in Spark's state store (``transformWithStateInPandas``).
+
+``Pipeline`` follows the queries' progress (per kind: packets, malformed records, late rows, its
+share of the batch time) and writes a small status file the dashboard and ``netmon demo`` read.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from netmon.config import Config
+from netmon.config import RESULT_KINDS, Config
 from netmon.results import checkpoint_dir, results_dir, status_file
+from pipeline import distinct, joins, topk, traffic
 from pipeline.batch_sink import BatchOutput
+from pipeline.partials import CountSpec, merge_partials, partial_counts
 from pipeline.publish import ResultPublisher
 from pipeline.source import read_packets
 
-__all__ = ["KINDS", "Pipeline", "start_pipeline"]
-
-#: Result kinds and their builders: ``build(packets, cfg) -> {name: DataFrame | BatchOutput}``.
-#: Each becomes one streaming query writing ``results/<kind>/`` (a single output) or
-#: ``results/<kind>/<name>/`` (several), with its own checkpoint beside it: a DataFrame through
-#: Spark's file sink, a ``BatchOutput`` through its own ``foreachBatch`` function.
-KINDS: dict[str, str] = {
-    "traffic": "pipeline.traffic:build_traffic_outputs",
-    "topk": "pipeline.topk:build_topk_outputs",
-    "distinct": "pipeline.distinct:build_distinct_outputs",
-    "joins": "pipeline.joins:build_join_outputs",
-    "shedding": "pipeline.joins:build_shedding_outputs",
-}
+__all__ = ["KINDS", "SHARED_QUERY", "Pipeline", "ResultKind", "SharedBatch", "start_pipeline"]
 
 log = logging.getLogger(__name__)
+
+
+class BatchFunction(Protocol):
+    """A batch kind that reads the cached rows: ``function(batch, batch_id)`` commits its rows."""
+
+    def __call__(self, df: DataFrame, batch_id: int, /) -> None: ...
+
+
+class CountingKind(Protocol):
+    """A batch kind fed by the shared stage-1 counts (``pipeline.partials``)."""
+
+    @property
+    def specs(self) -> tuple[CountSpec, ...]: ...
+
+    def apply(self, counts: pa.Table, max_us: int | None, batch_id: int, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """How the pipeline runs a result kind; its rows go to ``results/<name>/``.
+
+    Exactly one of ``batch`` (a function on the shared micro-batch, built from the config and
+    the kind's results and checkpoint directories) and ``stream`` (its own streaming queries,
+    built from the decoded packet stream: ``{name: DataFrame | BatchOutput}``) is set.
+    """
+
+    name: str
+    batch: Callable[[Config, Path, Path], BatchFunction | CountingKind] | None = None
+    stream: Callable[[DataFrame, Config], dict[str, Any]] | None = None
+    #: does the kind have configured queries (else it is skipped)
+    configured: Callable[[Config], bool] = lambda cfg: True
+
+
+#: Every result kind, in the order a shared batch runs them.
+KINDS: dict[str, ResultKind] = {
+    kind.name: kind
+    for kind in (
+        ResultKind("traffic", batch=traffic.build_traffic_batch),
+        ResultKind("topk", batch=topk.build_topk_batch, configured=lambda cfg: bool(cfg.queries.topk)),
+        ResultKind(
+            "distinct", batch=distinct.build_distinct_batch, configured=lambda cfg: bool(cfg.queries.distinct)
+        ),
+        ResultKind("joins", stream=joins.build_join_outputs),
+        ResultKind("shedding", stream=joins.build_shedding_outputs),
+    )
+}
+assert tuple(KINDS) == RESULT_KINDS, "pipeline.job.KINDS and netmon.config.RESULT_KINDS name the same kinds"
+
+#: The query name of the shared Kafka read.
+SHARED_QUERY = "packets"
+
+
+class SharedBatch:
+    """The ``foreachBatch`` function of the shared query: one cached batch for every batch kind.
+
+    It receives the decoded lines with malformed ones flagged (``is_malformed``) and counts
+    packets, control messages and malformed lines (``totals``, over this process's batches).
+    The *counting* kinds (those with ``specs`` and ``apply``: traffic, top-k) get their stage-1
+    counts from one pass over the batch (``pipeline.partials``); the others (distinct counts) get
+    the well-formed rows, cached. ``seconds[kind]``: the kind's time in the last batch
+    (``stage1`` for the shared counting pass).
+    """
+
+    def __init__(self, functions: dict[str, Any]) -> None:
+        self.functions = dict(functions)
+        self.counting = {n: f for n, f in self.functions.items() if hasattr(f, "specs")}
+        self.seconds: dict[str, float] = {name: 0.0 for name in self.functions}
+        self.totals = {"packets": 0, "control": 0, "malformed": 0}
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        # Decoded once from Kafka, then read from memory by every kind.
+        lines = df.persist()
+        try:
+            counted = lines.agg(
+                F.count(F.when(~F.col("is_malformed") & ~F.col("is_control"), 1)).alias("packets"),
+                F.count(F.when(~F.col("is_malformed") & F.col("is_control"), 1)).alias("control"),
+                F.count(F.when(F.col("is_malformed"), 1)).alias("malformed"),
+            ).first()
+            # Counted before the kinds run: their rows are visible as soon as each commits (a batch
+            # that Spark runs again after a crash is counted again).
+            if counted is not None:
+                for key in self.totals:
+                    self.totals[key] += int(counted[key] or 0)
+            batch = lines.where(~F.col("is_malformed")).drop("is_malformed")
+            if self.counting:
+                started = time.perf_counter()
+                specs = [spec for f in self.counting.values() for spec in f.specs]
+                counts, max_us = merge_partials(partial_counts(batch, specs))
+                self.seconds["stage1"] = time.perf_counter() - started
+                for name, function in self.counting.items():
+                    started = time.perf_counter()
+                    mine = pc.is_in(counts["query"], pa.array([s.name for s in function.specs]))
+                    function.apply(counts.filter(mine), max_us, batch_id)
+                    self.seconds[name] = time.perf_counter() - started
+            for name, function in self.functions.items():
+                if name in self.counting:
+                    continue
+                started = time.perf_counter()
+                function(batch, batch_id)
+                self.seconds[name] = time.perf_counter() - started
+        finally:
+            lines.unpersist()
 
 
 @dataclass
@@ -54,6 +157,10 @@ class QueryStats:
     last_batch_id: int = -1
     #: late rows counted by a batch function (part of late_dropped)
     late_in_batches: int = 0
+    #: the progress event last folded in (its trigger time; idle events share batch ids)
+    last_timestamp: str = ""
+    #: a batch kind's own time in the last batch of the shared query
+    kind_ms: int = 0
 
 
 @dataclass
@@ -67,30 +174,51 @@ class Pipeline:
     #: the ``foreachBatch`` functions of ``BatchOutput`` queries; a ``late_rows`` counter of theirs
     #: is added to ``late_dropped`` (they drop late rows themselves, not a state store)
     batch_functions: dict[str, Any] = field(default_factory=dict)
+    #: query name -> the kinds whose statistics its progress feeds (default: the query's own name)
+    feeds: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def poll(self) -> dict[str, QueryStats]:
-        """Fold the queries' new progress reports into the totals; write the status file."""
+        """Fold the queries' new progress reports into the totals; write the status file.
+
+        Every progress event counts once, idle ones included: Spark reports an idle trigger with
+        the id of the next batch, so events are told apart by their trigger time, not batch id.
+        """
         for name, query in self.queries.items():
-            st = self.stats.setdefault(name, QueryStats())
-            for progress in query.recentProgress:
-                batch = int(progress["batchId"])
-                if batch <= st.last_batch_id:
-                    continue
-                st.last_batch_id = batch
-                st.batches += 1
-                st.input_rows += int(progress.get("numInputRows") or 0)
-                st.last_batch_ms = int((progress.get("durationMs") or {}).get("triggerExecution", 0))
-                observed = (progress.get("observedMetrics") or {}).get("decode")
-                if observed:
-                    st.packets += int(observed["packets"] or 0)
-                    st.malformed += int(observed["malformed"] or 0)
-                    st.control += int(observed["control"] or 0)
-                ops = progress.get("stateOperators") or []
-                st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
-                st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
-            late = int(getattr(self.batch_functions.get(name), "late_rows", 0))
-            st.late_dropped += late - st.late_in_batches
-            st.late_in_batches = late
+            for kind in self.feeds.get(name, (name,)):
+                st = self.stats.setdefault(kind, QueryStats())
+                for progress in query.recentProgress:
+                    stamp = str(progress.get("timestamp") or "")
+                    if stamp <= st.last_timestamp:
+                        continue
+                    st.last_timestamp = stamp
+                    st.last_batch_id = max(st.last_batch_id, int(progress["batchId"]))
+                    durations = progress.get("durationMs") or {}
+                    if "addBatch" in durations:  # a batch ran (an idle trigger has no addBatch)
+                        st.batches += 1
+                        st.last_batch_ms = int(durations.get("triggerExecution", 0))
+                    st.input_rows += int(progress.get("numInputRows") or 0)
+                    observed = (progress.get("observedMetrics") or {}).get("decode")
+                    if observed:
+                        st.packets += int(observed["packets"] or 0)
+                        st.malformed += int(observed["malformed"] or 0)
+                        st.control += int(observed["control"] or 0)
+                    ops = progress.get("stateOperators") or []
+                    st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
+                    if ops:
+                        st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
+                function = self.batch_functions.get(kind)
+                late = int(getattr(function, "late_rows", 0))
+                st.late_dropped += late - st.late_in_batches
+                st.late_in_batches = late
+                shared = self.batch_functions.get(name)
+                if isinstance(shared, SharedBatch) and kind in shared.seconds:
+                    st.kind_ms = round(shared.seconds[kind] * 1000)
+                    # The shared query's decode counts (not reported through observe()).
+                    st.packets, st.control, st.malformed = (
+                        shared.totals["packets"],
+                        shared.totals["control"],
+                        shared.totals["malformed"],
+                    )
         if self.publisher is not None:
             self.publisher.publish()
         self._write_status()
@@ -102,12 +230,18 @@ class Pipeline:
         body: dict[str, Any] = {
             "updated": time.time(),
             "queries": {
-                name: {**vars(st), "active": self.queries[name].isActive} for name, st in self.stats.items()
+                name: {**vars(st), "active": self._query_of(name).isActive} for name, st in self.stats.items()
             },
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=1))
         tmp.replace(path)
+
+    def _query_of(self, kind: str) -> StreamingQuery:
+        for name, kinds in self.feeds.items():
+            if kind in kinds:
+                return self.queries[name]
+        return self.queries[kind]
 
     def failed(self) -> str | None:
         """The first query's exception message, if any query died."""
@@ -143,7 +277,7 @@ class Pipeline:
 def _start_query(
     df: DataFrame | BatchOutput, cfg: Config, kind: str, name: str, *, single: bool, available_now: bool
 ) -> tuple[StreamingQuery, Any]:
-    """The started query, and its ``foreachBatch`` function (None with Spark's file sink)."""
+    """A stream kind's started query, and its ``foreachBatch`` function (None with Spark's file sink)."""
     out = results_dir(cfg, kind) if single else results_dir(cfg, kind) / name
     checkpoint = checkpoint_dir(cfg, kind) if single else checkpoint_dir(cfg, kind) / name
     out.mkdir(parents=True, exist_ok=True)
@@ -160,44 +294,63 @@ def _start_query(
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
         )
+    return _triggered(writer, cfg, available_now).start(), function
+
+
+def _triggered(writer: Any, cfg: Config, available_now: bool) -> Any:
     if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{int(cfg.pipeline.trigger_s * 1000)} milliseconds")
-    return writer.start(), function
-
-
-def _builder(kind: str):  # noqa: ANN202
-    module, _, attr = KINDS[kind].partition(":")
-    return getattr(importlib.import_module(module), attr)
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{int(cfg.pipeline.trigger_s * 1000)} milliseconds")
 
 
 def start_pipeline(
     spark: SparkSession, cfg: Config, *, available_now: bool = False, kinds: tuple[str, ...] | None = None
 ) -> Pipeline:
-    """Start the streaming queries of ``kinds`` (default ``[pipeline] kinds``).
+    """Start the shared query (batch kinds) and the stream kinds of ``kinds`` (default ``[pipeline] kinds``).
 
     ``available_now`` processes what Kafka holds and stops.
     """
     Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
-    queries: dict[str, StreamingQuery] = {}
-    functions: dict[str, Any] = {}
-    for kind in kinds or cfg.pipeline.kinds:
+    chosen = tuple(kinds or cfg.pipeline.kinds)
+    for kind in chosen:
         if kind not in KINDS:
             raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        # Each query reads Kafka on its own: its offsets live in its own checkpoint.
-        build = _builder(kind)
-        # A kind that tracks event time itself also needs the watermark control rows.
-        packets = read_packets(spark, cfg, keep_control=getattr(build, "keeps_control_rows", False))
-        outputs = build(packets, cfg)
-        single = len(outputs) == 1 and kind in outputs
+    queries: dict[str, StreamingQuery] = {}
+    functions: dict[str, Any] = {}
+    feeds: dict[str, tuple[str, ...]] = {}
+    # The batch kinds: one Kafka read and decode, every kind on the cached batch.
+    shared = {
+        k.name: k.batch(cfg, _dir(results_dir(cfg, k.name)), _dir(checkpoint_dir(cfg, k.name)))
+        for k in KINDS.values()
+        if k.name in chosen and k.batch is not None and k.configured(cfg)
+    }
+    if shared:
+        batch = SharedBatch(shared)
+        packets = read_packets(spark, cfg, keep_control=True, keep_malformed=True)
+        writer = (
+            packets.writeStream.queryName(SHARED_QUERY)
+            .foreachBatch(batch)
+            .option("checkpointLocation", str(checkpoint_dir(cfg, SHARED_QUERY)))
+        )
+        queries[SHARED_QUERY] = _triggered(writer, cfg, available_now).start()
+        functions |= {SHARED_QUERY: batch, **shared}
+        feeds[SHARED_QUERY] = tuple(shared)
+    # The stream kinds: each its own queries (the join's state lives in Spark's state store).
+    for stream_kind in (k for k in KINDS.values() if k.name in chosen and k.stream is not None):
+        assert stream_kind.stream is not None
+        outputs = stream_kind.stream(read_packets(spark, cfg), cfg)
+        single = len(outputs) == 1 and stream_kind.name in outputs
         for name, df in outputs.items():
             queries[name], function = _start_query(
-                df, cfg, kind, name, single=single, available_now=available_now
+                df, cfg, stream_kind.name, name, single=single, available_now=available_now
             )
             if function is not None:
                 functions[name] = function
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
-    chosen = tuple(kinds or cfg.pipeline.kinds)
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
-    return Pipeline(spark, cfg, queries, publisher=publisher, batch_functions=functions)
+    return Pipeline(spark, cfg, queries, publisher=publisher, batch_functions=functions, feeds=feeds)
+
+
+def _dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

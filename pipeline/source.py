@@ -54,10 +54,15 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
     return reader.load()
 
 
-def decode_packets(raw: DataFrame, watermark_s: float, *, keep_control: bool = False) -> DataFrame:
+def decode_packets(
+    raw: DataFrame, watermark_s: float, *, keep_control: bool = False, keep_malformed: bool = False
+) -> DataFrame:
     """Kafka records -> one row per packet (``ts``, ``ts_ns`` and the record columns), watermarked.
 
     ``keep_control``: control rows stay, flagged ``is_control`` (their record columns null).
+    ``keep_malformed`` (with ``keep_control``): malformed lines stay too, flagged ``is_malformed``,
+    for a ``foreachBatch`` consumer that counts them itself (Spark does not report the
+    ``observe`` metrics of a plan a ``foreachBatch`` function runs).
     """
     # Messages: known format and version, or counted as malformed.
     known = _header("netmon.format").eqNullSafe(F.lit(WIRE_FORMAT)) & _header("netmon.version").eqNullSafe(
@@ -99,9 +104,11 @@ def decode_packets(raw: DataFrame, watermark_s: float, *, keep_control: bool = F
         F.sum((~(is_packet | is_control)).cast("long")).alias("malformed"),
     )
     # Event time: Spark timestamps are microseconds; ts_ns keeps the exact value.
-    timed = counted.where(is_packet | is_control).select(
+    kept = counted if keep_malformed else counted.where(is_packet | is_control)
+    timed = kept.select(
         F.timestamp_micros(F.expr("event_ns div 1000")).alias("ts"),
         is_control.alias("is_control"),
+        *([(~(is_packet | is_control)).alias("is_malformed")] if keep_malformed else []),
         "r.*",
     )
     # Declared once, on the decoded stream; control rows advance it and are dropped after it.
@@ -114,13 +121,22 @@ def decode_packets(raw: DataFrame, watermark_s: float, *, keep_control: bool = F
 
 
 def read_packets(
-    spark: SparkSession, cfg: Config, *, topic: str | None = None, keep_control: bool = False
+    spark: SparkSession,
+    cfg: Config,
+    *,
+    topic: str | None = None,
+    keep_control: bool = False,
+    keep_malformed: bool = False,
 ) -> DataFrame:
     """The decoded, watermarked packet stream of the configured topic.
 
     ``keep_control``: keep watermark control rows, flagged by a boolean ``is_control`` column,
-    for a consumer that tracks event time itself (``pipeline.distinct``).
+    for a consumer that tracks event time itself (the shared micro-batch of ``pipeline.job``);
+    ``keep_malformed``: keep malformed lines too, flagged ``is_malformed``.
     """
     return decode_packets(
-        kafka_stream(spark, cfg, topic=topic), cfg.pipeline.watermark_s, keep_control=keep_control
+        kafka_stream(spark, cfg, topic=topic),
+        cfg.pipeline.watermark_s,
+        keep_control=keep_control,
+        keep_malformed=keep_malformed,
     )

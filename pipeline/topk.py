@@ -1,12 +1,22 @@
-"""Sliding-window heavy hitters (Golab's Algorithm 6) for every configured top-k query, in one query.
+"""Sliding-window heavy hitters (Golab's Algorithm 6) for every configured top-k query.
 
-Stage 1 is native Spark: each query's packets are counted exactly per tumbling event-time
-sub-window of length ``b`` and key text (packets or bytes), in append mode, so a sub-window's rows
-are emitted once, together, when the watermark passes its end. The queries' stage-1 outputs are
-unioned with a ``query`` column and grouped by it into one ``transformWithStateInPandas`` operator
-(``pipeline.topk_state``): per closed sub-window it keeps the top-k rows, merges them into the
-query's ``SubWindowTopK`` (a ``ValueState`` of O(k·N/b) pairs in the RocksDB store, checkpointed
-with the batch) and emits each report as rows::
+:class:`SlidingTopK` runs on the shared micro-batch (``pipeline.job``). Per batch:
+
+1. stage 1 in Spark, all queries in one aggregation: exact counts per (query, sub-window
+   ``sw = ts div b``, key text) of the batch's packets (or bytes), united with the partial counts
+   of the sub-windows earlier batches left open (a Parquet store beside the checkpoint);
+2. the watermark moves to the batch's largest event time (ms) − the delay, never back (Spark's
+   rule); a sub-window closes when the watermark reaches its end, and a row whose sub-window had
+   closed before the batch is late (counted, left out) — what Spark's streaming aggregation
+   ``groupBy(window(ts, b), key)`` in append mode does, which the first version used;
+3. of each closed sub-window only its top-k rows (count descending, key text ascending —
+   ``docs/topk.md`` convention 1) and its total reach the driver, where each query's
+   :class:`analytics.topk_merge.TopKMerge` merges them in sub-window order and makes the reports;
+4. the reports are written as rows and committed per batch (``pipeline.batch_sink``); the merge
+   states, the watermark and the open counts are the batch's state version
+   (``pipeline.batch_state``), so a batch that Spark runs again starts from the state before it.
+
+Each report is written as rows::
 
     query, window_end, delta, rank, key, count, total
 
@@ -14,26 +24,42 @@ one per reported item (rank 1, 2, … by count descending then key), or a single
 and a null key and count when no item is above delta. ``total`` is the window's traffic (packets
 or bytes of the query's weight, records with the key only) for the items' shares.
 
-Run it with ``netmon pipeline`` (kind ``topk``); the rows land in ``<data>/results/topk/``.
+``build_topk`` (stage 1 as a streaming aggregation, stage 2 in ``transformWithStateInPandas``)
+is the first version, kept for ``netmon bench topk``.
 """
 
 from __future__ import annotations
 
+import base64
+import logging
+import shutil
+from collections.abc import Iterator
 from functools import reduce
 from operator import and_
+from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from analytics.keys import KEY_SEPARATOR, parse_key
-from analytics.topk_merge import QueryParams
+from analytics.topk_merge import QueryParams, TopKMerge
 from netmon.config import Config, TopKQuery
+from pipeline.batch_sink import write_table
+from pipeline.batch_state import BatchState
+from pipeline.partials import CountSpec
 from pipeline.topk_state import OUTPUT_SCHEMA, TopKMergeProcessor
 
 __all__ = [
+    "RESULT_SCHEMA",
+    "SlidingTopK",
     "build_sliding_counts",
     "build_subwindow_counts",
     "build_topk",
+    "build_topk_batch",
     "build_topk_outputs",
     "key_column",
     "query_params",
@@ -42,6 +68,28 @@ __all__ = [
 ]
 
 _NS_PER_US = 1_000
+
+log = logging.getLogger(__name__)
+
+#: The stage-1 query names of the top-k kind (``pipeline.partials``): this prefix + the query name.
+SPEC = "topk/"
+#: The open sub-windows' partial counts kept between batches.
+_OPEN_ARROW = pa.schema(
+    [("query", pa.string()), ("sw", pa.int64()), ("key", pa.string()), ("count", pa.int64())]
+)
+
+#: The rows of ``results/topk/`` (the same columns and types as the first version's sink wrote).
+RESULT_SCHEMA = pa.schema(
+    [
+        ("query", pa.string()),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("delta", pa.int64()),
+        ("rank", pa.int32()),
+        ("key", pa.string()),
+        ("count", pa.int64()),
+        ("total", pa.int64()),
+    ]
+)
 
 
 def query_params(q: TopKQuery) -> QueryParams:
@@ -146,3 +194,159 @@ def build_topk_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
     if not cfg.queries.topk:
         return {}
     return {"topk": build_topk(packets, cfg.queries.topk)}
+
+
+class SlidingTopK:
+    """The top-k kind on each micro-batch: stage-1 counts in, reports out (module docstring).
+
+    Parameters
+    ----------
+    queries
+        The configured ``[[queries.topk]]``.
+    results, checkpoint
+        ``results/topk/`` and the kind's checkpoint directory (state in ``state/``, the open
+        sub-windows' partial counts in ``open-<batch>.parquet``).
+    watermark_ms
+        The watermark delay, ``[pipeline] watermark_s`` in milliseconds.
+    """
+
+    def __init__(
+        self, queries: tuple[TopKQuery, ...], results: Path, checkpoint: Path, *, watermark_ms: int
+    ) -> None:
+        self.queries = tuple(queries)
+        self.params = {q.name: query_params(q) for q in self.queries}
+        self.results = Path(results)
+        self.store = Path(checkpoint)
+        self.state = BatchState(self.store / "state")
+        self.delay_ms = watermark_ms
+        #: late rows (over all queries) skipped by this process's batches
+        self.late_rows = 0
+
+    @property
+    def specs(self) -> tuple[CountSpec, ...]:
+        """Stage 1: per query, its weight per (sub-window, key text)."""
+        return tuple(
+            CountSpec(SPEC + q.name, parse_key(q.key), q.weight, self.params[q.name].b // _NS_PER_US)
+            for q in self.queries
+        )
+
+    def apply(self, counts: pa.Table, max_us: int | None, batch_id: int) -> None:
+        """Merge the batch's counts (``pipeline.partials``); report every sub-window that closes."""
+        before = self.state.load(batch_id) or {"watermark_ms": None, "merges": {}, "open": None}
+        wm_before = before["watermark_ms"]
+        watermark_ms = wm_before
+        if max_us is not None:
+            moved = max_us // 1000 - self.delay_ms
+            watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
+        b_us = {SPEC + name: p.b // _NS_PER_US for name, p in self.params.items()}
+        names = counts["query"].to_numpy(zero_copy_only=False)
+        sw = counts["sw"].to_numpy()
+        ends = (sw + 1) * np.array([b_us[n] for n in names], np.int64) if len(names) else sw
+        # Late: the sub-window had closed before this batch (its end at or before the watermark).
+        late_mask = ends <= wm_before * 1000 if wm_before is not None else np.zeros(len(sw), bool)
+        late = int(counts["records"].to_numpy()[late_mask].sum()) if late_mask.any() else 0
+        fresh = counts.filter(pa.array(~late_mask)).select(["query", "sw", "key", "weight"])
+        fresh = fresh.rename_columns(["query", "sw", "key", "count"])
+        if before["open"]:
+            fresh = pa.concat_tables([fresh, pq.read_table(self.store / before["open"], schema=_OPEN_ARROW)])
+        merged = fresh.group_by(["query", "sw", "key"], use_threads=False).aggregate([("count", "sum")])
+        merged = merged.select(["query", "sw", "key", "count_sum"]).rename_columns(
+            ["query", "sw", "key", "count"]
+        )
+        names = merged["query"].to_numpy(zero_copy_only=False)
+        sw = merged["sw"].to_numpy()
+        ends = (sw + 1) * np.array([b_us[n] for n in names], np.int64) if len(names) else sw
+        closed = ends <= watermark_ms * 1000 if watermark_ms is not None else np.zeros(len(sw), bool)
+        # The open sub-windows' partial counts: the next batch's start.
+        open_name = f"open-{batch_id:06d}.parquet"
+        _write_parquet(merged.filter(pa.array(~closed)), self.store / open_name)
+        merges = {
+            q.name: (
+                TopKMerge.from_bytes(base64.b64decode(before["merges"][q.name]), self.params[q.name])
+                if q.name in before["merges"]
+                else TopKMerge(self.params[q.name])
+            )
+            for q in self.queries
+        }
+        out: list[tuple[Any, ...]] = []
+        for query, index, top, total in _closed_top_k(merged.filter(pa.array(closed)), self._k()):
+            name = query.removeprefix(SPEC)
+            out += [(name, *row) for row in merges[name].add_subwindow(top, index, total)]
+        write_table(_result_table(out), self.results, batch_id)
+        self.state.save(
+            batch_id,
+            {
+                "watermark_ms": watermark_ms,
+                "merges": {name: base64.b64encode(m.to_bytes()).decode() for name, m in merges.items()},
+                "open": open_name,
+            },
+        )
+        self._drop_open(keep={open_name, before["open"]})
+        self.late_rows += late
+        log.debug("topk batch", extra={"batch": batch_id, "rows": len(out), "late": late})
+
+    def _k(self) -> dict[str, int]:
+        return {SPEC + q.name: q.k for q in self.queries}
+
+    def _drop_open(self, keep: set[str | None]) -> None:
+        """Delete the open-count stores no kept state version names."""
+        for path in self.store.glob("open-*"):
+            if path.name not in keep:
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _closed_top_k(closed: pa.Table, k: dict[str, int]) -> Iterator[tuple[str, int, dict[str, int], int]]:
+    """Per closed (query, sub-window), in order: its top-k counts (convention 1) and its total."""
+    if not closed.num_rows:
+        return
+    ordered = closed.sort_by(
+        [("query", "ascending"), ("sw", "ascending"), ("count", "descending"), ("key", "ascending")]
+    )
+    query = ordered["query"].to_pylist()
+    sw = ordered["sw"].to_numpy()
+    keys = ordered["key"].to_pylist()
+    count = ordered["count"].to_numpy()
+    starts = [0] + [i for i in range(1, len(sw)) if sw[i] != sw[i - 1] or query[i] != query[i - 1]]
+    for lo, hi in zip(starts, [*starts[1:], len(sw)], strict=True):
+        top = min(hi, lo + k[query[lo]])
+        yield (
+            query[lo],
+            int(sw[lo]),
+            dict(zip(keys[lo:top], count[lo:top].tolist(), strict=True)),
+            int(count[lo:hi].sum()),
+        )
+
+
+def _result_table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    """``(query, window_end_ns, delta, rank, key, count, total)`` rows as ``RESULT_SCHEMA``."""
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [() for _ in RESULT_SCHEMA.names]
+    ends_us = [e // _NS_PER_US for e in columns[1]]
+    return pa.table(
+        [
+            pa.array(columns[0], pa.string()),
+            pa.array(ends_us, pa.timestamp("us", tz="UTC")),
+            pa.array(columns[2], pa.int64()),
+            pa.array(columns[3], pa.int32()),
+            pa.array(columns[4], pa.string()),
+            pa.array(columns[5], pa.int64()),
+            pa.array(columns[6], pa.int64()),
+        ],
+        schema=RESULT_SCHEMA,
+    )
+
+
+def build_topk_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingTopK:
+    """The top-k kind's function on the shared micro-batch."""
+    return SlidingTopK(
+        cfg.queries.topk, results, checkpoint, watermark_ms=round(cfg.pipeline.watermark_s * 1000)
+    )

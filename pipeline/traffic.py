@@ -1,21 +1,54 @@
 """Traffic per tumbling event-time window: packets and bytes (wire length) per IP protocol.
 
-Append mode: a window is written once, when the watermark passes its end, so each Parquet row is
-final and a restart from the checkpoint neither loses nor repeats one.
+:class:`SlidingTraffic` runs on the shared micro-batch (``pipeline.job``): its stage 1 — packets
+and bytes per (window, protocol) — is one of the counting queries ``pipeline.partials`` runs in
+one pass for every counting kind; the batch's counts (a few thousand rows at most) are merged on
+the driver into the open windows, which stay in a small state beside the checkpoint
+(``pipeline.batch_state``). It
+follows Spark's rules for a windowed aggregation in append mode, so the rows are those the
+streaming aggregation (:func:`build_traffic`, kept for ``netmon bench``) writes: the batch moves
+the watermark to its largest event time (ms) − the delay, never back; a window is written once,
+when the watermark reaches its end; a row whose window the watermark had already reached before
+the batch is late (counted, left out). A batch run again after a crash starts from the state
+before it and rewrites the same rows.
 """
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from netmon.config import Config
+from pipeline.batch_sink import write_table
+from pipeline.batch_state import BatchState
+from pipeline.partials import CountSpec
 
-__all__ = ["build_traffic", "build_traffic_outputs"]
+__all__ = ["OUTPUT_SCHEMA", "SlidingTraffic", "build_traffic", "build_traffic_batch"]
+
+log = logging.getLogger(__name__)
+
+#: The stage-1 query name of the traffic kind (``pipeline.partials``).
+SPEC = "traffic/"
+
+#: The rows of ``results/traffic/``.
+OUTPUT_SCHEMA = pa.schema(
+    [
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("proto", pa.int16()),
+        ("packets", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
 
 
 def build_traffic(packets: DataFrame, window_s: float) -> DataFrame:
-    """``window_start, window_end, proto, packets, bytes`` per closed window and protocol."""
+    """Spark's streaming form: ``window_start, window_end, proto, packets, bytes`` per closed window."""
     windowed = packets.groupBy(F.window("ts", f"{int(window_s * 1000)} milliseconds"), "proto").agg(
         F.count(F.lit(1)).alias("packets"),
         F.sum("wire_len").alias("bytes"),
@@ -29,5 +62,97 @@ def build_traffic(packets: DataFrame, window_s: float) -> DataFrame:
     )
 
 
-def build_traffic_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
-    return {"traffic": build_traffic(packets, cfg.pipeline.traffic_window_s)}
+class SlidingTraffic:
+    """The traffic kind on each micro-batch (decoded packets with their control rows).
+
+    Parameters
+    ----------
+    results, checkpoint
+        ``results/traffic/`` and the kind's checkpoint directory (its state goes in ``state/``).
+    window_s
+        The tumbling window, ``[pipeline] traffic_window_s``.
+    watermark_ms
+        The watermark delay, ``[pipeline] watermark_s`` in milliseconds.
+    """
+
+    def __init__(self, results: Path, checkpoint: Path, *, window_s: float, watermark_ms: int) -> None:
+        self.results = Path(results)
+        self.state = BatchState(Path(checkpoint) / "state")
+        self.window_us = round(window_s * 1_000_000)
+        self.delay_ms = watermark_ms
+        #: late rows skipped by this process's batches
+        self.late_rows = 0
+
+    @property
+    def specs(self) -> tuple[CountSpec, ...]:
+        """Stage 1: packets (records) and bytes (weight) per (window, protocol)."""
+        return (CountSpec(SPEC, ("proto",), "bytes", self.window_us, keep_null_key=True),)
+
+    def apply(self, counts: pa.Table, max_us: int | None, batch_id: int) -> None:
+        """Merge the batch's counts (``pipeline.partials``) into the open windows; commit the closed."""
+        before = self.state.load(batch_id) or {"watermark_ms": None, "open": []}
+        w = self.window_us
+        watermark_ms = before["watermark_ms"]
+        closed_before = None if watermark_ms is None else watermark_ms * 1000
+        open_windows: dict[tuple[int, int | None], list[int]] = {
+            (s, p): [n, b] for s, p, n, b in before["open"]
+        }
+        late = 0
+        for sw, key, packets, size in zip(
+            counts["sw"].to_pylist(),
+            counts["key"].to_pylist(),
+            counts["records"].to_pylist(),
+            counts["weight"].to_pylist(),
+            strict=True,
+        ):
+            start = sw * w
+            if closed_before is not None and start + w <= closed_before:
+                late += packets
+                continue
+            total = open_windows.setdefault((start, None if key is None else int(key)), [0, 0])
+            total[0] += packets
+            total[1] += size
+        if max_us is not None:
+            moved = max_us // 1000 - self.delay_ms
+            watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
+        closing = None if watermark_ms is None else watermark_ms * 1000
+        done = sorted(
+            (key for key in open_windows if closing is not None and key[0] + w <= closing),
+            key=lambda k: (k[0], -1 if k[1] is None else k[1]),
+        )
+        write_table(_rows(done, open_windows, w), self.results, batch_id)
+        for key in done:
+            del open_windows[key]
+        self.state.save(
+            batch_id,
+            {"watermark_ms": watermark_ms, "open": [[s, p, n, b] for (s, p), (n, b) in open_windows.items()]},
+        )
+        self.late_rows += late
+        log.debug(
+            "traffic batch",
+            extra={"batch": batch_id, "closed": len(done), "open": len(open_windows), "late": late},
+        )
+
+
+def _rows(keys: list[tuple[int, Any]], counts: dict[tuple[int, Any], list[int]], w: int) -> pa.Table:
+    starts = [s for s, _ in keys]
+    return pa.table(
+        {
+            "window_start": pa.array(starts, pa.timestamp("us", tz="UTC")),
+            "window_end": pa.array([s + w for s in starts], pa.timestamp("us", tz="UTC")),
+            "proto": pa.array([p for _, p in keys], pa.int16()),
+            "packets": pa.array([counts[k][0] for k in keys], pa.int64()),
+            "bytes": pa.array([counts[k][1] for k in keys], pa.int64()),
+        },
+        schema=OUTPUT_SCHEMA,
+    )
+
+
+def build_traffic_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingTraffic:
+    """The traffic kind's function on the shared micro-batch."""
+    return SlidingTraffic(
+        results,
+        checkpoint,
+        window_s=cfg.pipeline.traffic_window_s,
+        watermark_ms=round(cfg.pipeline.watermark_s * 1000),
+    )

@@ -148,3 +148,32 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     assert got == expected
     malformed = first.stats["traffic"].malformed + second.stats["traffic"].malformed
     assert malformed == 2
+
+
+def _rows(cfg: Config, kind: str) -> list[tuple]:
+    table = read_results(results_dir(cfg, kind))
+    return [] if table is None else sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_a_batch_shared_by_every_kind_gives_each_kind_what_it_gives_alone(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """One Kafka read for traffic, top-k and distinct counts: each kind's rows equal its rows alone."""
+    kinds = ("traffic", "topk", "distinct")
+    shared = _config(netmon_config, tmp_path / "shared", "netmon.test.shared", partitions=1)
+    _replay(shared, SAMPLE)
+    together = start_pipeline(spark, shared, available_now=True, kinds=kinds)
+    together.await_termination(600)
+    assert together.failed() is None, together.failed()
+    together.stop()
+    assert set(together.stats) == set(kinds)
+    for kind in kinds:
+        alone_cfg = shared.replace(paths={"data_dir": tmp_path / f"alone-{kind}"})
+        alone = start_pipeline(spark, alone_cfg, available_now=True, kinds=(kind,))
+        alone.await_termination(600)
+        assert alone.failed() is None, alone.failed()
+        alone.stop()
+        rows = _rows(shared, kind)
+        assert rows, kind
+        assert rows == _rows(alone_cfg, kind), kind
+        assert together.stats[kind].packets == alone.stats[kind].packets > 0
