@@ -3,7 +3,8 @@
 ``netmon alerts run`` consumes the result topics (``netmon.<kind>``) in a consumer group,
 evaluates the rules (:mod:`alerts.rules`), writes every firing and resolution to a SQLite outbox
 (:mod:`alerts.outbox`) before it commits its Kafka offsets, and delivers them to webhook targets
-(:mod:`alerts.delivery`). Receivers check the signature with :func:`alerts.verify.verify`.
+(:mod:`alerts.delivery`), signed as Standard Webhooks (or netmon's older ``netmon-v1`` scheme).
+Receivers check the signature with :func:`alerts.verify.verify` or any Standard Webhooks library.
 See ``docs/alerts.md``.
 
 The ``[alerts]`` section's classes live on the ground floor (:mod:`netmon.config.alerts`, one
@@ -15,7 +16,7 @@ shares the floor and neither imports the other.
 
 from __future__ import annotations
 
-from alerts.verify import SignatureError, sign, verify
+from alerts.verify import SignatureError, sign, sign_standard, verify
 from netmon.config import AlertRule, AlertsConfig, AlertTarget
 
-__all__ = ["AlertRule", "AlertTarget", "AlertsConfig", "SignatureError", "sign", "verify"]
+__all__ = ["AlertRule", "AlertTarget", "AlertsConfig", "SignatureError", "sign", "sign_standard", "verify"]

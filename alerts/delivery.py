@@ -1,16 +1,23 @@
 """Webhook delivery: payload formats, routing, signed POSTs, retries with backoff, dead letters.
 
-Each POST carries ``X-Netmon-Timestamp`` (unix seconds, fresh per attempt), ``X-Netmon-Signature``
-(``v1=`` HMAC-SHA256 of ``<timestamp>.<body>`` with the target's secret; see
-:mod:`alerts.verify`), ``Idempotency-Key`` (the notification's ``event_id``: receivers dedupe on
-it, since delivery is at least once), ``X-Netmon-Alert-Id`` and ``X-Netmon-Event``.
+Each POST is signed in the target's scheme (``signature``, see :mod:`alerts.verify`): by default
+Standard Webhooks (``webhook-id`` = the notification's ``event_id``, ``webhook-timestamp`` fresh
+per attempt, ``webhook-signature``), or netmon's own ``X-Netmon-Timestamp`` and
+``X-Netmon-Signature``. Every request also carries ``Idempotency-Key`` (the ``event_id``:
+receivers dedupe on it, since delivery is at least once), ``X-Netmon-Alert-Id`` and
+``X-Netmon-Event``. A target without a secret is sent unsigned (the service warns at start).
+
+``timeout_s`` bounds the whole request: connecting, sending and reading the answer share one
+deadline, so a receiver that trickles its answer cannot hold a delivery thread longer.
 
 A 2xx answer is a delivery. A timeout, connection error, 408, 425, 429 or 5xx is retried after
 ``retry_initial_s · 2^(attempt-1)`` seconds (at most ``retry_max_s``, times a random factor in
 ``[1 - retry_jitter, 1]``; a ``Retry-After`` answer is honoured) until ``max_age_s`` after the
-event was written; then, or at once for any other answer (a 401 from a wrong secret, a redirect),
-the delivery becomes a dead letter until ``netmon alerts retry``. After a failure the target
-is left alone until that retry time, so a receiver that is down is not hammered.
+event was written; then, or at once for any other answer (a 401 from a wrong secret, a redirect)
+or for an error that retrying cannot fix (a URL the HTTP client refuses), the delivery becomes a
+dead letter until ``netmon alerts retry``. Every exception of one attempt is a failed attempt
+with a one-line reason, never an escape. After a failure the target is left alone until that
+retry time, so a receiver that is down is not hammered.
 
 Secrets never reach logs or the outbox: errors are logged with the target's name and host only,
 and any URL, secret or routing key text in an error message is masked.
@@ -18,10 +25,13 @@ and any URL, secret or routing key text in an error message is masked.
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
 import logging
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -35,8 +45,8 @@ from typing import Any
 
 from alerts.outbox import Delivery, Outbox
 from alerts.rules import Notification, iso
-from alerts.verify import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from netmon.config import SEVERITIES, AlertsConfig, AlertTarget
+from alerts.verify import IDEMPOTENCY_HEADER, signature_headers
+from netmon.config import SEVERITIES, AlertsConfig, AlertTarget, ConfigError
 
 __all__ = [
     "Attempt",
@@ -44,11 +54,13 @@ __all__ = [
     "PassResult",
     "backoff_s",
     "build_test_alert",
+    "check_targets",
     "encode",
     "host_of",
     "post",
     "redact",
     "render",
+    "request_headers",
     "routed",
     "routes",
     "send_test_alert",
@@ -140,19 +152,140 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # a redirect would re-send (or drop) a signed body elsewhere: report it instead
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+class _Deadline(TimeoutError):
+    """The request did not complete within the target's ``timeout_s``."""
+
+
+class _DeadlineSocket:
+    """A connected socket whose every send and receive is bounded by one monotonic deadline.
+
+    ``http.client`` reads the answer through ``makefile``; each ``recv_into`` of that file gets
+    the time left as its timeout, so the whole answer, however it trickles, ends by the deadline.
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._files = 0
+        self._closed = False
+
+    def _arm(self) -> None:
+        self._sock.settimeout(_left(self._deadline))
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer, nbytes)
+
+    def makefile(self, mode: str = "r", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        if "w" in mode:
+            raise ValueError("a deadline socket reads only")
+        self._files += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def _release(self) -> None:
+        self._files -= 1
+        if self._closed and not self._files:
+            self._sock.close()
+
+    def close(self) -> None:
+        # Like socket.close with makefile()s open: the answer can still be read; the last closes.
+        self._closed = True
+        if not self._files:
+            self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, owner: _DeadlineSocket) -> None:
+        self._owner = owner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._owner.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._owner._release()
+        super().close()
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Deadline("the request did not complete in time")
+    return left
+
+
+class _DeadlineHTTPConnection(http.client.HTTPConnection):
+    """Connect, send and read within the request's deadline (the connect timeout: the time left)."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = _left(self._deadline)
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self._deadline)
+
+
+class _DeadlineHTTPSConnection(http.client.HTTPSConnection):
+    """The same over TLS (the handshake, too, within the time left)."""
+
+    def __init__(self, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = _left(self._deadline)
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self._deadline)
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+        return super().do_open(
+            functools.partial(_DeadlineHTTPConnection, deadline=self._deadline), req, **kwargs
+        )
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+        connection = functools.partial(_DeadlineHTTPSConnection, deadline=self._deadline)
+        return super().do_open(connection, req, **kwargs)
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies from the environment included) with the deadline and no redirects."""
+    return urllib.request.build_opener(
+        _NoRedirect, _DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline)
+    )
 
 
 def redact(text: str, target: AlertTarget) -> str:
     """``text`` with the target's URL (and its path and query), secret and routing key masked."""
-    parts = urllib.parse.urlsplit(target.url)
-    for secret in (
-        target.url,
-        parts.path if len(parts.path) > 1 else "",
-        parts.query,
-        target.secret_value(),
-        target.routing_key_value(),
-    ):
+    try:
+        parts = urllib.parse.urlsplit(target.url)
+        pieces = [parts.path if len(parts.path) > 1 else "", parts.query]
+    except ValueError:
+        pieces = []
+    for secret in (target.url, *pieces, target.secret_value(), target.routing_key_value()):
         if secret:
             text = text.replace(secret, "***")
     return text
@@ -160,8 +293,11 @@ def redact(text: str, target: AlertTarget) -> str:
 
 def host_of(target: AlertTarget) -> str:
     """Scheme, host and port of the target: what logs may show."""
-    parts = urllib.parse.urlsplit(target.url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    try:
+        parts = urllib.parse.urlsplit(target.url)
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        return "<unparsable url>"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -171,40 +307,79 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def post(target: AlertTarget, n: Notification, *, now: float | None = None) -> Attempt:
-    """POST ``n`` to ``target`` once, signed, with the event id as idempotency key."""
-    body = encode(render(target, n))
-    timestamp = int(time.time() if now is None else now)
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def request_headers(target: AlertTarget, n: Notification, body: bytes, timestamp: int) -> dict[str, str]:
+    """The headers of one POST of ``n`` to ``target``: content, idempotency and the signature scheme's."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        TIMESTAMP_HEADER: str(timestamp),
         IDEMPOTENCY_HEADER: n.event_id,
         "X-Netmon-Alert-Id": n.alert_id,
         "X-Netmon-Event": n.status,
     }
-    secret = target.secret_value()
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
-    request = urllib.request.Request(target.url, data=body, headers=headers, method="POST")
+    return headers | signature_headers(target.signature, target.secret_value(), n.event_id, timestamp, body)
+
+
+def post(target: AlertTarget, n: Notification, *, now: float | None = None) -> Attempt:
+    """POST ``n`` to ``target`` once, signed, with the event id as idempotency key.
+
+    Never raises: whatever goes wrong is a failed :class:`Attempt` with a one-line reason. The
+    request as a whole (connect, send, the answer) must finish within ``target.timeout_s``.
+    """
+    deadline = time.monotonic() + target.timeout_s
+    timestamp = int(time.time() if now is None else now)
     try:
-        with _OPENER.open(request, timeout=target.timeout_s) as response:
+        body = encode(render(target, n))
+        request = urllib.request.Request(
+            target.url, data=body, headers=request_headers(target, n, body, timestamp), method="POST"
+        )
+        with _opener(deadline).open(request, timeout=target.timeout_s) as response:
             response.read(65536)
             return Attempt(ok=True, status=response.status)
     except urllib.error.HTTPError as exc:
         code = exc.code
+        retry_after = _retry_after(exc.headers.get("Retry-After")) if exc.headers else None
         exc.close()
         retryable = code >= 500 or code in _RETRYABLE
         return Attempt(
             ok=False,
             status=code,
-            error=redact(f"HTTP {code} {exc.reason}", target),
+            error=_one_line(redact(f"HTTP {code} {exc.reason}", target)),
             permanent=not retryable,
-            retry_after=_retry_after(exc.headers.get("Retry-After")) if exc.headers else None,
+            retry_after=retry_after,
         )
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        return Attempt(ok=False, error=redact(f"{type(exc).__name__}: {reason}", target))
+        if isinstance(reason, TimeoutError) or time.monotonic() >= deadline:
+            reason = f"no complete answer within timeout_s={target.timeout_s:g} s"
+            return Attempt(ok=False, error=f"TimeoutError: {reason}")
+        return Attempt(ok=False, error=_one_line(redact(f"{type(exc).__name__}: {reason}", target)))
+    except Exception as exc:  # noqa: BLE001 - e.g. a URL the HTTP client refuses: retrying cannot help
+        return Attempt(
+            ok=False, error=_one_line(redact(f"{type(exc).__name__}: {exc}", target)), permanent=True
+        )
+
+
+def check_targets(cfg: AlertsConfig) -> list[str]:
+    """Check the enabled targets before the service starts; return the names of unsigned ones.
+
+    Raises :class:`~netmon.config.ConfigError` (one line, naming the target and the variable,
+    never a value) when a target's ``secret_env`` names an unset variable.
+    """
+    unsigned = []
+    for target in cfg.targets:
+        if not target.enabled:
+            continue
+        problem = target.secret_problem()
+        if problem:
+            raise ConfigError(problem)
+        if not target.signed:
+            unsigned.append(target.name)
+    return unsigned
 
 
 def backoff_s(attempts: int, cfg: AlertsConfig, rng: random.Random) -> float:
@@ -290,7 +465,12 @@ class Deliverer:
                     return result
 
     def _attempt(self, outbox: Outbox, target: AlertTarget, d: Delivery, now: float) -> PassResult:
-        attempt = post(target, d.notification, now=now)
+        try:
+            attempt = post(target, d.notification, now=now)
+        except Exception as exc:  # noqa: BLE001 - post reports failures itself; this is the backstop
+            attempt = Attempt(
+                ok=False, error=_one_line(redact(f"{type(exc).__name__}: {exc}", target)), permanent=True
+            )
         where = {"target": target.name, "host": host_of(target), "event_id": d.event_id}
         if attempt.ok:
             outbox.record_attempt(d.event_id, target.name, state="delivered", now=now, status=attempt.status)
@@ -300,7 +480,10 @@ class Deliverer:
         delay = max(self._jitter(d.attempts + 1), attempt.retry_after or 0.0)
         too_old = now + delay > d.created + self.cfg.max_age_s
         if attempt.permanent or too_old:
-            why = "refused" if attempt.permanent else f"still failing after max_age_s={self.cfg.max_age_s:g}"
+            if not attempt.permanent:
+                why = f"still failing after max_age_s={self.cfg.max_age_s:g}"
+            else:
+                why = "refused" if attempt.status is not None else "cannot be sent"
             outbox.record_attempt(
                 d.event_id,
                 target.name,
@@ -354,7 +537,7 @@ class Deliverer:
         self._threads.clear()
 
     def _loop(self, target: str) -> None:
-        with Outbox(self.path) as outbox:
+        with Outbox(self.path, durable=False) as outbox:  # attempt records: see Outbox(durable=)
             while not self._stop.is_set():
                 try:
                     self.deliver_due(outbox, target)

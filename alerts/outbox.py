@@ -2,14 +2,25 @@
 
 The evaluation side writes, in **one transaction** per batch of result rows: the new
 notifications (``events``), one ``deliveries`` row per (event, routed target), the changed alert
-episodes (``alerts``), the rule engine's state and the next Kafka offset of every partition read
-(``offsets``). Only after that commit does the service commit its Kafka offsets. A crash between
+episodes (``alerts``), the rule engine's state, the next Kafka offset of every partition read
+(``offsets``), rule problems and the count of malformed result rows skipped (``skipped_rows``, per
+reason). Only after that commit does the service commit its Kafka offsets. A crash between
 the two re-delivers rows from Kafka that the outbox already covers; the service skips them by
 the stored offsets, so no alert is lost and none is written twice.
 
 The delivery side reads due ``deliveries`` per target and records each attempt: ``pending`` (with
 the next attempt time), ``delivered``, or ``dead`` (too old, or refused for good). ``retry``
 puts dead letters back to ``pending``.
+
+Each delivery row carries its event's ``seq`` and ``alert_id`` (schema 2), so :meth:`Outbox.due`
+walks one index in event order and checks "an earlier event of the same alert is still pending"
+with one index probe: a call costs the same with 20 or 20,000 deliveries pending. :meth:`Outbox.prune`
+deletes delivered and dead deliveries older than ``[alerts] keep_days`` (then events without
+deliveries and resolved episodes without events); pending ones are never deleted.
+
+Opening a file read-write brings an older schema up to date (columns added and filled, indexes
+created ``IF NOT EXISTS``) in one transaction, so an existing outbox keeps working. Read-only
+opens (``netmon alerts list``, the dashboard) never change the file and read an old one as is.
 
 Connections are per thread (SQLite WAL mode: readers never block the writer).
 """
@@ -28,9 +39,9 @@ from alerts.rules import AlertRecord, Notification
 
 __all__ = ["Delivery", "Outbox", "outbox_path"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS offsets (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
@@ -44,9 +55,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     event_id TEXT NOT NULL REFERENCES events (event_id), target TEXT NOT NULL,
     state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, requeued INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL, next_at REAL NOT NULL, last_at REAL, delivered_at REAL,
-    last_status INTEGER, last_error TEXT,
+    last_status INTEGER, last_error TEXT, seq INTEGER, alert_id TEXT,
     PRIMARY KEY (event_id, target));
-CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (target, state, next_at);
 CREATE TABLE IF NOT EXISTS alerts (
     episode_id TEXT PRIMARY KEY, alert_id TEXT NOT NULL, rule TEXT NOT NULL, source TEXT NOT NULL,
     query TEXT NOT NULL, subject TEXT NOT NULL, subject_label TEXT NOT NULL, severity TEXT NOT NULL,
@@ -54,7 +64,27 @@ CREATE TABLE IF NOT EXISTS alerts (
     suppressed INTEGER NOT NULL DEFAULT 0, labels TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS problems (
     rule TEXT PRIMARY KEY, message TEXT NOT NULL, count INTEGER NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS skipped_rows (
+    reason TEXT PRIMARY KEY, count INTEGER NOT NULL, first_at REAL NOT NULL, last_at REAL NOT NULL,
+    last_where TEXT NOT NULL);
 """
+
+#: columns added to ``deliveries`` by schema 2 (filled from ``events`` when an older file is opened)
+_DELIVERY_COLUMNS = (("seq", "INTEGER"), ("alert_id", "TEXT"))
+
+_INDEXES = (
+    # next_due: the earliest pending delivery per target
+    "CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (target, state, next_at)",
+    # due: pending deliveries per target in event order ...
+    "CREATE INDEX IF NOT EXISTS deliveries_order ON deliveries (target, state, seq)",
+    # ... each checked for an earlier pending event of the same alert with one probe
+    "CREATE INDEX IF NOT EXISTS deliveries_alert ON deliveries (target, state, alert_id, seq)",
+    # prune: the events and episodes of one alert
+    "CREATE INDEX IF NOT EXISTS events_alert ON events (alert_id, seq)",
+)
+
+#: deletions per transaction while pruning (the delivery threads wait at most this long)
+_PRUNE_CHUNK = 5000
 
 
 def outbox_path(state_dir: str | Path) -> Path:
@@ -82,9 +112,15 @@ class Outbox:
         The database file (created with its directory).
     readonly
         Open an existing file read-only (``netmon alerts list``, the dashboard).
+    durable
+        Sync every commit of this connection to disk (``synchronous=FULL``): the evaluation side
+        needs it (its batch must survive power loss before the Kafka offsets move). The delivery
+        threads open with False (``synchronous=NORMAL``, still safe against a crash of the
+        process): losing the last attempt records to a power cut only repeats deliveries, which
+        receivers dedupe, and it halves the cost of recording an attempt.
     """
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False, durable: bool = True) -> None:
         self.path = Path(path)
         if readonly:
             uri = f"file:{self.path}?mode=ro"
@@ -93,12 +129,39 @@ class Outbox:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a committed batch survives power loss
-            self._db.executescript(_SCHEMA)
-            self._db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-            )
+            # FULL: a committed batch survives power loss; NORMAL: a crash of the process only
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._migrate()
         self._db.row_factory = sqlite3.Row
+
+    def _migrate(self) -> None:
+        """Create the schema, or bring an older file up to date, in one transaction."""
+        db = self._db
+        db.executescript(_TABLES)  # IF NOT EXISTS: a no-op for the tables an older file has
+        db.execute("BEGIN IMMEDIATE")  # serialises with other connections opening the file
+        try:
+            have = {row[1] for row in db.execute("PRAGMA table_info(deliveries)")}
+            for name, kind in _DELIVERY_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE deliveries ADD COLUMN {name} {kind}")
+            # rows of schema 1 (or written by an older netmon since): take them from their event
+            db.execute(
+                "UPDATE deliveries SET"
+                " seq = (SELECT e.seq FROM events e WHERE e.event_id = deliveries.event_id),"
+                " alert_id = (SELECT e.alert_id FROM events e WHERE e.event_id = deliveries.event_id)"
+                " WHERE seq IS NULL OR alert_id IS NULL"
+            )
+            for statement in _INDEXES:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()
@@ -129,11 +192,14 @@ class Outbox:
         state: Mapping[str, Any],
         offsets: Mapping[tuple[str, int], int],
         problems: Mapping[str, tuple[str, int]] | None = None,
+        skipped: Mapping[str, tuple[int, str]] | None = None,
         now: float | None = None,
     ) -> int:
         """Write one batch atomically; return the number of new events.
 
-        ``routes`` maps an event id to the targets it goes to.
+        ``routes`` maps an event id to the targets it goes to. ``skipped`` maps the reason a
+        result row was skipped to (rows of this batch, where the last one was): added to the
+        totals kept per reason.
         """
         now = time.time() if now is None else now
         db = self._db
@@ -161,9 +227,12 @@ class Outbox:
                     continue  # already written: never route an event twice
                 new += 1
                 db.executemany(
-                    "INSERT OR IGNORE INTO deliveries (event_id, target, state, created, next_at)"
-                    " VALUES (?, ?, 'pending', ?, ?)",
-                    [(n.event_id, target, now, now) for target in routes.get(n.event_id, ())],
+                    "INSERT OR IGNORE INTO deliveries (event_id, target, state, created, next_at, seq,"
+                    " alert_id) VALUES (?, ?, 'pending', ?, ?, ?, ?)",
+                    [
+                        (n.event_id, target, now, now, cur.lastrowid, n.alert_id)
+                        for target in routes.get(n.event_id, ())
+                    ],
                 )
             for r in records:
                 data = asdict(r)
@@ -194,6 +263,14 @@ class Outbox:
                     " count = excluded.count, updated = excluded.updated",
                     (rule, message, count, now),
                 )
+            for reason, (count, where) in (skipped or {}).items():
+                db.execute(
+                    "INSERT INTO skipped_rows (reason, count, first_at, last_at, last_where)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (reason) DO UPDATE SET"
+                    " count = count + excluded.count, last_at = excluded.last_at,"
+                    " last_where = excluded.last_where",
+                    (reason, count, now, now, where),
+                )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -202,25 +279,29 @@ class Outbox:
 
     # --- delivery side -----------------------------------------------------------------------
 
+    #: pending deliveries to one target in event order, each unless an earlier event of the same
+    #: alert to that target is still pending; INDEXED BY makes a schema change that would lose the
+    #: index an error instead of a slow plan (tests/alerts/test_outbox.py checks the plan)
+    DUE_SQL = """
+        SELECT d.event_id, d.target, d.attempts, d.created, e.payload
+        FROM deliveries d INDEXED BY deliveries_order JOIN events e ON e.seq = d.seq
+        WHERE d.target = ? AND d.state = 'pending' AND d.next_at <= ?
+          AND NOT EXISTS (
+            SELECT 1 FROM deliveries d2 INDEXED BY deliveries_alert
+            WHERE d2.target = d.target AND d2.state = 'pending'
+              AND d2.alert_id = d.alert_id AND d2.seq < d.seq)
+        ORDER BY d.seq LIMIT ?
+        """
+
     def due(self, target: str, now: float, limit: int = 50) -> list[Delivery]:
         """Pending deliveries to ``target`` due by ``now``, oldest event first.
 
         An event waits while an earlier event of the same alert to the same target is still
-        pending, so a receiver never sees an alert resolve before it fired.
+        pending, so a receiver never sees an alert resolve before it fired. The query walks the
+        ``deliveries_order`` index and stops after ``limit`` rows: its cost does not grow with
+        the number of pending deliveries.
         """
-        rows = self._db.execute(
-            """
-            SELECT d.event_id, d.target, d.attempts, d.created, e.payload
-            FROM deliveries d JOIN events e ON e.event_id = d.event_id
-            WHERE d.target = ? AND d.state = 'pending' AND d.next_at <= ?
-              AND NOT EXISTS (
-                SELECT 1 FROM deliveries d2 JOIN events e2 ON e2.event_id = d2.event_id
-                WHERE d2.target = d.target AND d2.state = 'pending'
-                  AND e2.alert_id = e.alert_id AND e2.seq < e.seq)
-            ORDER BY e.seq LIMIT ?
-            """,
-            (target, now, limit),
-        ).fetchall()
+        rows = self._db.execute(self.DUE_SQL, (target, now, limit)).fetchall()
         return [
             Delivery(
                 event_id=r["event_id"],
@@ -329,17 +410,57 @@ class Outbox:
         ).fetchall()
         return [dict(r) for r in rows]
 
+    def prune(self, keep_days: float, now: float | None = None) -> dict[str, int]:
+        """Delete what is older than ``keep_days``; how many deliveries, events and episodes.
+
+        Delivered and dead deliveries whose last attempt is older go first; then events older
+        than that with no delivery left, then resolved episodes older than that with no event
+        left. Pending deliveries (and so their events and episodes) are never deleted. Deletes
+        run in chunks, so the delivery threads never wait long for the database.
+        """
+        cutoff = (time.time() if now is None else now) - keep_days * 86400.0
+        statements = {
+            "deliveries": "DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
+            " WHERE state IN ('delivered', 'dead') AND COALESCE(delivered_at, last_at, created) < ?"
+            " LIMIT ?)",
+            "events": "DELETE FROM events WHERE seq IN (SELECT e.seq FROM events e WHERE e.created < ?"
+            " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.event_id) LIMIT ?)",
+            "alerts": "DELETE FROM alerts WHERE rowid IN (SELECT a.rowid FROM alerts a"
+            " WHERE a.status = 'resolved' AND a.updated < ? AND NOT EXISTS (SELECT 1 FROM events e"
+            " WHERE e.alert_id = a.alert_id AND e.episode_id = a.episode_id) LIMIT ?)",
+        }
+        out = {}
+        for name, sql in statements.items():
+            out[name] = 0
+            while True:
+                deleted = self._db.execute(sql, (cutoff, _PRUNE_CHUNK)).rowcount
+                out[name] += deleted
+                if deleted < _PRUNE_CHUNK:
+                    break
+        return out
+
+    def skipped(self) -> dict[str, dict[str, Any]]:
+        """Malformed result rows skipped, per reason: count, first and last time, where the last was."""
+        try:
+            rows = self._db.execute(
+                "SELECT reason, count, first_at, last_at, last_where FROM skipped_rows ORDER BY reason"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a file of schema 1 opened read-only: nothing skipped yet
+            return {}
+        return {r["reason"]: {k: r[k] for k in ("count", "first_at", "last_at", "last_where")} for r in rows}
+
     def problems(self) -> dict[str, tuple[str, int]]:
         rows = self._db.execute("SELECT rule, message, count FROM problems ORDER BY rule")
         return {r["rule"]: (r["message"], r["count"]) for r in rows}
 
     def counts(self) -> dict[str, int]:
-        """Firing/resolved episodes and deliveries by state."""
+        """Firing/resolved episodes, deliveries by state, and malformed result rows skipped."""
         out = {"firing": 0, "resolved": 0, "pending": 0, "delivered": 0, "dead": 0}
         for r in self._db.execute("SELECT status, COUNT(*) AS n FROM alerts GROUP BY status"):
             out[r["status"]] = r["n"]
         for r in self._db.execute("SELECT state, COUNT(*) AS n FROM deliveries GROUP BY state"):
             out[r["state"]] = r["n"]
+        out["skipped_rows"] = sum(item["count"] for item in self.skipped().values())
         return out
 
 

@@ -31,6 +31,13 @@ Semantics, per rule and per stream (the rows of one query of the rule's kind):
   sent. A flapping condition therefore looks like one long alert to receivers, who always see
   firing and resolved alternate, and the number of swallowed changes is reported (``suppressed``).
 
+Malformed rows: a row that is not a mapping, or whose time column (``window_start`` or any of
+:data:`TIME_COLUMNS`, or a rule's ``time_field``) holds something that is not a time, raises
+:class:`RowError` from :meth:`RuleEngine.observe` before any rule sees it (the service counts and
+skips it). A rule that cannot be evaluated on a row (a missing column, a value of the wrong type,
+even an unexpected error) is a per-rule problem (:attr:`RuleEngine.problems`); the other rules
+go on. A non-finite number (NaN, infinity) is no value, like null: it never holds.
+
 Identity: ``alert_id`` = a keyed BLAKE2b hash of (rule, query, subject), stable across episodes
 and restarts (PagerDuty's ``dedup_key``); ``episode_id`` = ``<alert_id>:<episode start ms>``; the
 idempotency key of a notification is ``event_id`` = ``<episode_id>:<status>``.
@@ -53,6 +60,7 @@ __all__ = [
     "TIME_COLUMNS",
     "AlertRecord",
     "Notification",
+    "RowError",
     "RuleEngine",
     "RuleError",
     "alert_id",
@@ -68,6 +76,24 @@ _HASH_KEY = b"netmon-alerts-v1"
 
 class RuleError(ValueError):
     """A rule cannot be evaluated on a row (unknown column, wrong type): reported per rule."""
+
+
+class RowError(ValueError):
+    """The row itself is malformed (a time column that is not a time): it is skipped whole.
+
+    ``reason`` names the kind of problem without the row's values (a bounded set of texts: the
+    service counts skipped rows per reason).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: the times a row may carry, beyond :data:`TIME_COLUMNS` (the start of a traffic window)
+_OTHER_TIME_COLUMNS = ("window_start",)
+#: the epoch seconds ``iso`` can print: years 1 to 9999
+_TIME_RANGE = (-62135596800.0, 253402300799.0)
 
 
 def alert_id(rule: str, query: str, subject: str) -> str:
@@ -98,16 +124,24 @@ def iso(t: float | None) -> str | None:
 
 
 def _parse_time(value: Any) -> float:
+    """Epoch seconds from an ISO-8601 text or epoch seconds/milliseconds; ValueError if not a time."""
     if isinstance(value, bool):
-        raise ValueError(value)
+        raise ValueError("a boolean is not a time")
     if isinstance(value, int | float):
-        return float(value) / 1000.0 if value > 1e11 else float(value)  # epoch ms or s
-    if isinstance(value, str):
+        try:
+            t = float(value) / 1000.0 if value > 1e11 else float(value)  # epoch ms or s
+        except OverflowError:
+            raise ValueError("number out of range") from None
+    elif isinstance(value, str):
         stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=dt.UTC)
-        return stamp.timestamp()
-    raise ValueError(value)
+        t = stamp.timestamp()
+    else:
+        raise ValueError(f"a {type(value).__name__} is not a time")
+    if not _TIME_RANGE[0] <= t <= _TIME_RANGE[1]:  # also NaN and infinities
+        raise ValueError("time out of range")
+    return t
 
 
 def event_time(row: Mapping[str, Any], column: str = "") -> float:
@@ -118,14 +152,14 @@ def event_time(row: Mapping[str, Any], column: str = "") -> float:
         try:
             return _parse_time(row[column])
         except ValueError:
-            raise RuleError(f"column {column!r} is not a time: {row[column]!r}") from None
+            raise RuleError(f"column {column!r} is not a time: {str(row[column])[:40]!r}") from None
     for column in TIME_COLUMNS:
         value = row.get(column)
         if value is not None:
             try:
                 return _parse_time(value)
             except ValueError:
-                raise RuleError(f"column {column!r} is not a time: {value!r}") from None
+                raise RuleError(f"column {column!r} is not a time: {str(value)[:40]!r}") from None
     raise RuleError(f"row has no time column (looked for {', '.join(TIME_COLUMNS)})")
 
 
@@ -133,8 +167,12 @@ def _number(column: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RuleError(f"column {column!r} is not a number: {value!r}")
-    return float(value)
+        raise RuleError(f"column {column!r} is not a number: {str(value)[:40]!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+    return number if math.isfinite(number) else None  # NaN, infinity: no value, like null
 
 
 def _derived(column: str, row: Mapping[str, Any]) -> float | None:
@@ -155,7 +193,10 @@ def _derived(column: str, row: Mapping[str, Any]) -> float | None:
         amount = _number(base, row[base])
         if amount is None or row["window_start"] is None or row["window_end"] is None:
             return None
-        seconds = _parse_time(row["window_end"]) - _parse_time(row["window_start"])
+        try:
+            seconds = _parse_time(row["window_end"]) - _parse_time(row["window_start"])
+        except ValueError:
+            raise RuleError(f"{column!r}: window_start or window_end is not a time") from None
         if seconds <= 0:
             return None
         return amount * (8 if column == "bits_per_s" else 1) / seconds
@@ -336,6 +377,15 @@ class RuleEngine:
         for r in self.rules:
             self._by_kind.setdefault(r.source, []).append(r)
         self._by_name = {r.name: r for r in self.rules}
+        # per kind, the time columns a row must not hold garbage in (checked before any rule)
+        self._time_columns = {
+            kind: tuple(
+                dict.fromkeys(
+                    (*TIME_COLUMNS, *_OTHER_TIME_COLUMNS, *(r.time_field for r in rules if r.time_field))
+                )
+            )
+            for kind, rules in self._by_kind.items()
+        }
         self._clocks: dict[tuple[str, str], float] = {}
         self._windows: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}  # event rules' open windows
         self._marks: dict[tuple[str, str], float] = {}  # event rules: the newest row time per stream
@@ -354,17 +404,37 @@ class RuleEngine:
     # --- evaluation ---------------------------------------------------------------------------
 
     def observe(self, kind: str, row: Mapping[str, Any]) -> list[Notification]:
-        """Evaluate every rule of ``kind`` on one result row; the notifications to send."""
+        """Evaluate every rule of ``kind`` on one result row; the notifications to send.
+
+        Raises :class:`RowError`, with nothing changed, when the row itself is malformed (not a
+        mapping, or a time column holding something that is not a time). A rule that cannot be
+        evaluated on the row is counted in :attr:`problems`; the other rules go on.
+        """
+        rules = self._by_kind.get(kind, ())
+        if not isinstance(row, Mapping):
+            raise RowError("row is not a JSON object")
+        for column in self._time_columns.get(kind, ()):
+            value = row.get(column)
+            if value is not None:
+                try:
+                    _parse_time(value)
+                except ValueError:
+                    raise RowError(f"column {column!r} is not a time") from None
         self.rows += 1
         out: list[Notification] = []
-        for rule in self._by_kind.get(kind, ()):
+        for rule in rules:
             try:
                 out += self._observe(rule, row)
             except RuleError as exc:
-                problem = self.problems.setdefault(rule.name, _Problem(str(exc)))
-                problem.message = str(exc)
-                problem.count += 1
+                self._problem(rule, str(exc))
+            except Exception as exc:  # noqa: BLE001 - one rule's surprise must not stop the others
+                self._problem(rule, f"unexpected {type(exc).__name__}: {str(exc)[:200]}")
         return out
+
+    def _problem(self, rule: AlertRule, message: str) -> None:
+        problem = self.problems.setdefault(rule.name, _Problem(message))
+        problem.message = message
+        problem.count += 1
 
     def _observe(self, rule: AlertRule, row: Mapping[str, Any]) -> list[Notification]:
         query = str(row.get("query") or "")

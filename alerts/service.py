@@ -10,11 +10,21 @@ One batch of result rows at a time:
    state and the next offsets to the outbox in **one SQLite transaction**;
 4. only then commit the offsets to Kafka, and wake the delivery threads.
 
+A malformed row (a ``netmon.kind`` header that is not UTF-8, a value that is not JSON or not a
+JSON object, a time column that is not a time, an unknown result version) is skipped: counted per
+reason in the outbox with the batch (``netmon alerts status``), logged once per reason, and its
+offset advances like any other row's, so the next good row still alerts.
+
 So a crash anywhere loses no alert (offsets are never committed ahead of the outbox) and
 duplicates none (the outbox's offsets and state are committed together; a restart resumes from
 them). The group uses static membership (``group_instance_id`` from the state directory), so a
 restarted service takes its partitions back at once instead of waiting for the old session
 to expire. Run one service per state directory.
+
+At start the targets are checked (:func:`alerts.delivery.check_targets`): a ``secret_env``
+naming an unset variable is a :class:`~netmon.config.ConfigError`, an unsigned target a
+warning. Delivered and dead deliveries older than ``[alerts] keep_days`` are pruned at start and
+every :data:`PRUNE_EVERY_S` seconds.
 
 Testing hook: with ``NETMON_ALERTS_CRASH_BEFORE_COMMIT=1`` in the environment the process exits
 abruptly (``os._exit(86)``) right after the first outbox write that added events, before the
@@ -37,25 +47,31 @@ from typing import Any
 from kafka import ConsumerRebalanceListener
 
 from alerts.defaults import effective_rules
-from alerts.delivery import Deliverer, routes
+from alerts.delivery import Deliverer, check_targets, routes
 from alerts.outbox import Outbox, outbox_path
-from alerts.rules import Notification, RuleEngine
+from alerts.rules import Notification, RowError, RuleEngine
 from netmon.config import AlertRule, AlertsConfig, Config
 from netmon.results import result_topic
 
-__all__ = ["CRASH_ENV", "AlertService", "BatchResult", "result_topic"]
+__all__ = ["CRASH_ENV", "PRUNE_EVERY_S", "AlertService", "BatchResult", "result_topic"]
 
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "NETMON_ALERTS_CRASH_BEFORE_COMMIT"
 CRASH_EXIT_CODE = 86
+#: how often the running service prunes the outbox (``[alerts] keep_days``)
+PRUNE_EVERY_S = 3600.0
 
 
 @dataclass
 class BatchResult:
+    #: rows evaluated
     rows: int = 0
+    #: rows the outbox already covered (re-delivered after a crash)
     skipped: int = 0
     notifications: int = 0
+    #: malformed rows skipped (counted per reason in the outbox)
+    bad: int = 0
 
 
 class AlertService:
@@ -86,23 +102,42 @@ class AlertService:
         self._next: dict[tuple[str, int], int] = {}
         self._topics: dict[str, str] = {}
         self._logged_problems: set[str] = set()
+        self._logged_skips: set[str] = set()
+        self._next_prune = 0.0
         self._crash = os.environ.get(CRASH_ENV) == "1"
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def open(self) -> AlertService:
-        """Open the outbox, restore the engine, join the consumer group."""
-        from kafka import KafkaConsumer
+    def check(self) -> None:
+        """Check the targets: raise ConfigError for a secret_env naming an unset variable, warn
+        about each unsigned target."""
+        for name in check_targets(self.alerts):
+            log.warning(
+                "alert target has no secret: its webhooks are sent unsigned",
+                extra={"target": name, "hint": "set secret or secret_env (docs/alerts.md)"},
+            )
 
-        from netmon.kafka_admin import ensure_topic
+    def open(self, consumer: Any = None) -> AlertService:
+        """Check the targets, open (and prune) the outbox, restore the engine, join the consumer group.
 
+        ``consumer``: a ready consumer to read from instead of joining the group (tests).
+        """
+        self.check()
         self._outbox = Outbox(self.path)
+        self.prune()
         self._engine = RuleEngine.restore(self.rules, self._outbox.load_state())
         self._next = self._outbox.offsets()
         self._topics = {result_topic(self.cfg, kind): kind for kind in self._engine.kinds}
         if not self._topics:
             log.warning("no enabled alert rules: nothing to evaluate")
             return self
+        if consumer is not None:
+            self._consumer = consumer
+            return self
+        from kafka import KafkaConsumer
+
+        from netmon.kafka_admin import ensure_topic
+
         for topic in self._topics:
             ensure_topic(self.cfg.kafka.bootstrap, topic, self.cfg.kafka.partitions)
         instance = hashlib.blake2b(str(Path(self.cfg.paths.state_dir).resolve()).encode(), digest_size=6)
@@ -129,7 +164,11 @@ class AlertService:
     # --- one batch ----------------------------------------------------------------------------
 
     def poll_once(self, timeout_s: float | None = None) -> BatchResult:
-        """Read, evaluate and durably record one batch of result rows."""
+        """Read, evaluate and durably record one batch of result rows.
+
+        A malformed row never escapes as an exception: it is skipped, counted and logged once per
+        reason, and its offset is recorded like a good row's.
+        """
         if self._consumer is None or self._outbox is None or self._engine is None:
             time.sleep(self.alerts.poll_s if timeout_s is None else timeout_s)
             return BatchResult()
@@ -138,6 +177,7 @@ class AlertService:
         result = BatchResult()
         notifications: list[Notification] = []
         offsets: dict[tuple[str, int], int] = {}
+        skipped: dict[str, tuple[int, str]] = {}
         for tp, records in sorted(polled.items(), key=lambda item: (item[0].topic, item[0].partition)):
             key = (tp.topic, tp.partition)
             for record in records:
@@ -145,39 +185,83 @@ class AlertService:
                     result.skipped += 1  # already in the outbox (re-delivered after a crash)
                     continue
                 offsets[key] = record.offset + 1
-                kind, row = self._decode(tp.topic, record)
-                if row is None:
-                    result.skipped += 1
+                problem = self._evaluate(tp.topic, record, notifications)
+                if problem is None:
+                    result.rows += 1
                     continue
-                result.rows += 1
-                notifications += self._engine.observe(kind, row)
+                result.bad += 1
+                where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+                skipped[problem] = (skipped.get(problem, (0, ""))[0] + 1, where)
+                if problem not in self._logged_skips:  # once per reason: a bad producer is not a flood
+                    self._logged_skips.add(problem)
+                    log.warning(
+                        "malformed result row skipped (logged once per reason; counted in the outbox)",
+                        extra={
+                            "reason": problem,
+                            "topic": tp.topic,
+                            "partition": tp.partition,
+                            "offset": record.offset,
+                        },
+                    )
         if not offsets:
             return result
-        self._record(notifications, offsets)
+        self._record(notifications, offsets, skipped)
         result.notifications = len(notifications)
         self.totals.rows += result.rows
         self.totals.skipped += result.skipped
+        self.totals.bad += result.bad
         self.totals.notifications += result.notifications
         return result
 
-    def _decode(self, topic: str, record: Any) -> tuple[str, dict[str, Any] | None]:
-        headers = {k: bytes(v or b"") for k, v in (record.headers or [])}
-        kind = headers.get("netmon.kind", b"").decode() or self._topics.get(topic, "")
+    def _evaluate(self, topic: str, record: Any, notifications: list[Notification]) -> str | None:
+        """Decode one record and feed it to the engine; None, or why the row was skipped."""
+        assert self._engine is not None
+        try:
+            kind, row, problem = self._decode(topic, record)
+            if row is None:
+                return problem
+            notifications += self._engine.observe(kind, row)
+            return None
+        except RowError as exc:
+            return exc.reason
+        except Exception as exc:  # noqa: BLE001 - no row may stop the service (the engine guards rules)
+            reason = f"evaluation failed ({type(exc).__name__})"
+            if reason not in self._logged_skips:
+                log.warning("result row could not be evaluated", exc_info=True, extra={"topic": topic})
+            return reason
+
+    def _decode(self, topic: str, record: Any) -> tuple[str, dict[str, Any] | None, str]:
+        """(kind, row, "") or (kind, None, why the row is skipped); never raises for bad input."""
+        kind = self._topics.get(topic, "")
+        try:
+            headers = {str(k): bytes(v or b"") for k, v in (record.headers or [])}
+        except (TypeError, ValueError):
+            return kind, None, "headers are malformed"
+        raw_kind = headers.get("netmon.kind")
+        if raw_kind:
+            try:
+                kind = raw_kind.decode()
+            except UnicodeDecodeError:
+                return kind, None, "netmon.kind header is not UTF-8"
         version = headers.get("netmon.result-version")
         if version is not None and version != b"1":
-            log.warning("result row of unknown version skipped", extra={"topic": topic, "version": version})
-            return kind, None
+            return kind, None, f"unknown result version {version[:20]!r}"
         try:
             row = json.loads(record.value)
+        except RecursionError:
+            return kind, None, "value is not JSON (nested too deeply)"
         except (TypeError, ValueError):
-            log.warning("result row is not JSON; skipped", extra={"topic": topic, "offset": record.offset})
-            return kind, None
+            return kind, None, "value is not JSON"
         if not isinstance(row, dict):
-            log.warning("result row is not a JSON object; skipped", extra={"topic": topic})
-            return kind, None
-        return kind, row
+            return kind, None, "value is not a JSON object"
+        return kind, row, ""
 
-    def _record(self, notifications: list[Notification], offsets: dict[tuple[str, int], int]) -> None:
+    def _record(
+        self,
+        notifications: list[Notification],
+        offsets: dict[tuple[str, int], int],
+        skipped: dict[str, tuple[int, str]] | None = None,
+    ) -> None:
         assert self._outbox is not None and self._engine is not None
         engine = self._engine
         problems = {name: (p.message, p.count) for name, p in engine.problems.items()}
@@ -192,6 +276,7 @@ class AlertService:
             state=engine.snapshot(),
             offsets=offsets,
             problems=problems,
+            skipped=skipped,
         )
         self._next.update(offsets)
         for n in notifications:
@@ -212,6 +297,16 @@ class AlertService:
             )
         except Exception as exc:  # noqa: BLE001 - the outbox holds the offsets; Kafka's copy can lag
             log.warning("committing Kafka offsets failed (the outbox has them)", extra={"error": str(exc)})
+
+    def prune(self, now: float | None = None) -> dict[str, int]:
+        """Delete outbox rows older than ``[alerts] keep_days`` (see :meth:`Outbox.prune`)."""
+        if self._outbox is None:
+            return {}
+        self._next_prune = time.monotonic() + PRUNE_EVERY_S
+        pruned = self._outbox.prune(self.alerts.keep_days, now=now)
+        if any(pruned.values()):
+            log.info("alert outbox pruned", extra={"keep_days": self.alerts.keep_days, **pruned})
+        return pruned
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -235,7 +330,9 @@ class AlertService:
             last_row = time.monotonic()
             while not stop.is_set():
                 batch = self.poll_once()
-                if batch.rows or batch.skipped or not self.assigned():
+                if time.monotonic() >= self._next_prune:
+                    self.prune()
+                if batch.rows or batch.skipped or batch.bad or not self.assigned():
                     last_row = time.monotonic()  # idle only counts once the group gave us partitions
                 elif idle_exit_s is not None and time.monotonic() - last_row >= idle_exit_s:
                     if self.settled():

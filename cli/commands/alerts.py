@@ -1,11 +1,12 @@
-"""``netmon alerts run|rules|list|retry|test``: alert rules over the results, delivered to webhooks."""
+"""``netmon alerts run|rules|list|status|retry|prune|test``: alert rules, delivered as webhooks."""
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -48,6 +49,27 @@ def _time(t: float | None) -> str:
     return iso(t) or "-"
 
 
+def _config_error(command: str, exc: ConfigError) -> NoReturn:
+    """A configuration problem found at start (an unset secret_env): one line, exit 2."""
+    click.echo(f"netmon alerts {command}: error: {exc}", err=True)
+    sys.exit(2)
+
+
+def _check_secrets(command: str, targets: list[Any]) -> None:
+    for target in targets:
+        problem = target.secret_problem()
+        if problem:
+            _config_error(command, ConfigError(problem))
+
+
+def _summary(counts: dict[str, int]) -> str:
+    return (
+        f"alerts: {counts.get('firing', 0)} firing, {counts.get('resolved', 0)} resolved;"
+        f" deliveries: {counts.get('pending', 0)} pending, {counts.get('delivered', 0)} delivered,"
+        f" {counts.get('dead', 0)} dead; malformed result rows skipped: {counts.get('skipped_rows', 0)}"
+    )
+
+
 @command.command("run")
 @click.option("--idle-exit", type=float, default=None, help="Exit after this many seconds without rows.")
 @pass_alerts
@@ -65,7 +87,12 @@ def run(cfg: Config, alerts: AlertsConfig, idle_exit: float | None) -> None:
         totals = AlertService(cfg, alerts).run(stop, idle_exit_s=idle_exit)
     except KafkaError as exc:
         raise click.ClickException(f"Kafka at {cfg.kafka.bootstrap}: {exc}") from None
-    click.echo(f"{totals.rows} result rows, {totals.notifications} notifications", err=True)
+    except ConfigError as exc:  # a target's secret_env names an unset variable
+        _config_error("run", exc)
+    line = f"{totals.rows} result rows, {totals.notifications} notifications"
+    if totals.bad:
+        line += f", {totals.bad} malformed rows skipped (netmon alerts status)"
+    click.echo(line, err=True)
 
 
 @command.command("rules")
@@ -103,6 +130,7 @@ def list_(cfg: Config, status: str | None, dead: bool, as_json: bool) -> None:
     """Alerts with their delivery state per target (or the dead letters)."""
     with _outbox(cfg) as outbox:
         items = outbox.deliveries("dead") if dead else outbox.alerts(status)
+        counts = outbox.counts()
     for a in items:
         if as_json:
             click.echo(json.dumps(a, sort_keys=True, default=str))
@@ -114,6 +142,41 @@ def list_(cfg: Config, status: str | None, dead: bool, as_json: bool) -> None:
                 f"{a['status']:<8} {a['severity']:<8} {a['rule']}: {a['subject_label']} {a['subject']} "
                 f"first {_time(a['first_seen'])} last {_time(a['last_seen'])} [{sent}]"
             )
+    if not as_json and not dead:
+        click.echo(_summary(counts))
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@pass_config
+def status(cfg: Config, as_json: bool) -> None:
+    """Counts of alerts and deliveries, and the malformed result rows skipped, per reason."""
+    with _outbox(cfg) as outbox:
+        counts, skipped = outbox.counts(), outbox.skipped()
+    if as_json:
+        click.echo(json.dumps({"counts": counts, "skipped_rows": skipped}, sort_keys=True))
+        return
+    click.echo(_summary(counts))
+    for reason, item in skipped.items():
+        click.echo(
+            f"    skipped {item['count']}: {reason} (first {_time(item['first_at'])},"
+            f" last {_time(item['last_at'])} at {item['last_where']})"
+        )
+
+
+@command.command("prune")
+@click.option("--keep-days", type=click.FloatRange(min=0), default=None, help="Default: [alerts] keep_days.")
+@pass_alerts
+@pass_config
+def prune(cfg: Config, alerts: AlertsConfig, keep_days: float | None) -> None:
+    """Delete delivered and dead deliveries (and their events, resolved episodes) older than keep_days."""
+    days = alerts.keep_days if keep_days is None else keep_days
+    with _outbox(cfg, readonly=False) as outbox:
+        pruned = outbox.prune(days)
+    click.echo(
+        f"pruned {pruned['deliveries']} deliveries, {pruned['events']} events,"
+        f" {pruned['alerts']} resolved alerts older than {days:g} days"
+    )
 
 
 @command.command("retry")
@@ -125,6 +188,7 @@ def retry(cfg: Config, alerts: AlertsConfig, target_name: str | None, event_id: 
     """Re-send dead letters now; those still failing go back to retrying with backoff."""
     from alerts.delivery import Deliverer, PassResult
 
+    _check_secrets("retry", [t for t in alerts.targets if t.enabled and target_name in (None, t.name)])
     with _outbox(cfg, readonly=False) as outbox:
         requeued = outbox.requeue(target=target_name, event_id=event_id)
         deliverer, result = Deliverer(outbox.path, alerts), PassResult()
@@ -146,6 +210,7 @@ def test(alerts: AlertsConfig, target_name: str) -> None:
         target = alerts.target(target_name)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    _check_secrets("test", [target])
     notification, attempt = send_test_alert(target)
     if not attempt.ok:
         raise click.ClickException(f"test alert to {target.name} failed: {attempt.error}")

@@ -10,13 +10,15 @@ chat webhook URLs embed a token) are ``field(repr=False)`` and can come from env
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass
 
-from netmon.config.checks import ConfigError, check_url
+from netmon.config.checks import ConfigError, check_url, positive
 from netmon.config.sections import RESULT_KINDS
 
 __all__ = [
@@ -25,10 +27,12 @@ __all__ = [
     "KINDS",
     "OPS",
     "SEVERITIES",
+    "SIGNATURES",
     "AlertRule",
     "AlertTarget",
     "AlertsConfig",
     "parse_comparison",
+    "secret_key",
 ]
 
 #: the result kinds a rule can read (topics ``<prefix><kind>``)
@@ -39,6 +43,10 @@ OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("info", "warning", "error", "critical")
 #: payload formats of a target
 FORMATS = ("json", "slack", "pagerduty")
+#: signature schemes of a target: Standard Webhooks (``webhook-*`` headers), netmon's own (``X-Netmon-*``)
+SIGNATURES = ("standard", "netmon-v1")
+#: the prefix of a Standard Webhooks secret: ``whsec_<base64 of the key>``
+SECRET_PREFIX = "whsec_"
 #: how the rows of one report (or window) with the same subject combine
 AGGREGATES = ("max", "sum", "count", "distinct")
 
@@ -58,6 +66,25 @@ def parse_comparison(text: str) -> tuple[str, float] | None:
         return m.group(1), float(m.group(2))
     except ValueError:
         return None
+
+
+def secret_key(secret: str) -> bytes | None:
+    """The HMAC key of a Standard Webhooks secret, or None if it is malformed.
+
+    ``whsec_<base64>`` (padding optional) is the base64-decoded key, as the Standard Webhooks
+    libraries read it; any other text is the key itself (its UTF-8 bytes).
+
+    >>> secret_key("whsec_c2VjcmV0"), secret_key("raw text"), secret_key("whsec_!!")
+    (b'secret', b'raw text', None)
+    """
+    if not secret.startswith(SECRET_PREFIX):
+        return secret.encode() or None
+    text = secret[len(SECRET_PREFIX) :]
+    try:
+        key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return key or None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,10 +245,13 @@ class AlertTarget:
     url: str = dataclasses.field(repr=False)
     #: "json" (netmon's own), "slack" (a ``text`` payload), "pagerduty" (Events API v2)
     format: str = "json"
-    #: HMAC-SHA256 key for the ``X-Netmon-Signature`` header
+    #: the HMAC-SHA256 signing key: ``whsec_<base64>`` or raw text (empty and no secret_env: unsigned)
     secret: str = dataclasses.field(default="", repr=False)
-    #: read the secret from this environment variable instead
+    #: read the secret from this environment variable instead (unset at start: an error)
     secret_env: str = ""
+    #: "standard" (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature) or
+    #: "netmon-v1" (X-Netmon-Timestamp, X-Netmon-Signature: netmon's own scheme before Standard Webhooks)
+    signature: str = "standard"
     #: route only alerts of at least this severity
     min_severity: str = "info"
     #: route only these rules (empty: all)
@@ -247,6 +277,14 @@ class AlertTarget:
             )
         if self.timeout_s <= 0:
             raise ConfigError(f"{where} timeout_s: must be > 0, got {self.timeout_s}")
+        if self.signature not in SIGNATURES:
+            raise ConfigError(
+                f"{where} signature: expected one of {', '.join(SIGNATURES)}, got {self.signature!r}"
+            )
+        if self.secret and self.signature == "standard" and secret_key(self.secret) is None:
+            raise ConfigError(  # the secret itself is never echoed
+                f"{where} secret: expected {SECRET_PREFIX}<base64 of at least one byte>, got <hidden>"
+            )
         if not isinstance(self.labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
         ):
@@ -257,6 +295,30 @@ class AlertTarget:
     def secret_value(self) -> str:
         """The HMAC key: ``secret``, else ``$secret_env`` (empty: requests go unsigned)."""
         return self.secret or (os.environ.get(self.secret_env, "") if self.secret_env else "")
+
+    @property
+    def signed(self) -> bool:
+        """Requests to this target are meant to be signed (``secret`` or ``secret_env`` is set)."""
+        return bool(self.secret or self.secret_env)
+
+    def secret_problem(self) -> str | None:
+        """Why this target cannot sign as configured (one line, never the value), or None.
+
+        ``secret_env`` naming an unset or empty variable, or a ``whsec_`` value from it that is not
+        base64, is a problem: the requests would silently go unsigned or fail every check.
+        """
+        where = f"[[alerts.targets]] {self.name!r}"
+        if self.secret or not self.secret_env:
+            return None
+        value = os.environ.get(self.secret_env, "")
+        if not value:
+            return f"{where} secret_env: environment variable {self.secret_env} is not set (or empty)"
+        if self.signature == "standard" and secret_key(value) is None:
+            return (
+                f"{where} secret_env: environment variable {self.secret_env} holds a {SECRET_PREFIX}"
+                " value that is not base64"
+            )
+        return None
 
     def routing_key_value(self) -> str:
         if self.routing_key:
@@ -284,6 +346,9 @@ class AlertsConfig:
     retry_jitter: float = 0.5
     #: a delivery still failing this long after its event was written becomes a dead letter
     max_age_s: float = 21600.0
+    #: delivered and dead deliveries (and then their events and resolved episodes) older than this
+    #: many days are deleted from the outbox; pending ones never are
+    keep_days: float = 7.0
 
     def __post_init__(self) -> None:
         if self.poll_s <= 0:
@@ -294,6 +359,7 @@ class AlertsConfig:
             raise ConfigError(f"[alerts] retry_jitter: must be in [0, 1], got {self.retry_jitter}")
         if self.max_age_s <= 0:
             raise ConfigError(f"[alerts] max_age_s: must be > 0, got {self.max_age_s}")
+        positive("[alerts]", "keep_days", self.keep_days, zero=True)
         for kind, items in (("rules", self.rules), ("targets", self.targets)):
             names = [i.name for i in items]
             if len(set(names)) != len(names):

@@ -9,6 +9,8 @@ from netmon.config import Config
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 SECRET = "test-secret-6f1d0c"
+#: a Standard Webhooks secret: ``whsec_`` + base64 of the key bytes
+WHSEC = "whsec_dGVzdC1zdGFuZGFyZC13ZWJob29rcy1rZXk="
 
 
 def at(seconds: float) -> str:
@@ -34,6 +36,23 @@ def produce(cfg: Config, kind: str, rows: list[dict]) -> None:
         for row in rows:
             value = json.dumps(row, separators=(",", ":"), sort_keys=True).encode()
             producer.send(topic, value, key=str(row.get("query") or kind).encode(), headers=headers)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=10)
+
+
+def produce_raw(cfg: Config, kind: str, records: list[tuple[bytes | None, list[tuple[str, bytes]]]]) -> None:
+    """Publish records as given (value bytes, headers), all with one key: one partition, in order."""
+    from kafka import KafkaProducer
+
+    from netmon.kafka_admin import ensure_topic
+
+    topic = f"{cfg.kafka.results_topic_prefix}{kind}"
+    ensure_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions)
+    producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap, acks="all", linger_ms=5)
+    try:
+        for value, headers in records:
+            producer.send(topic, value, key=b"crafted", headers=headers)
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=10)

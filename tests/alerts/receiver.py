@@ -1,9 +1,10 @@
 """A real webhook receiver for the tests: ``http.server`` on 127.0.0.1 in a thread.
 
-It verifies every request with the documented check (:func:`alerts.verify.verify`), answers 401
-to a bad one, can fail its first N requests with 503, and can be stopped and started again on the
-same port (a receiver that is down while netmon restarts). It dedups by ``Idempotency-Key``, as
-the docs tell receivers to.
+It verifies every request with the documented check (:func:`alerts.verify.verify`, whichever
+signature scheme the request carries; or any ``verifier`` given, e.g. the ``standardwebhooks``
+library), answers 401 to a bad one, can fail its first N requests with 503, and can be stopped
+and started again on the same port (a receiver that is down while netmon restarts). It dedups by
+``Idempotency-Key``, as the docs tell receivers to.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from alerts.verify import IDEMPOTENCY_HEADER, SignatureError, verify
+
+#: checks one request (headers as received, raw body); raises to reject it
+Verifier = Callable[[dict[str, str], bytes], object]
 
 
 @dataclass
@@ -46,8 +51,17 @@ def free_port() -> int:
 class Receiver:
     """A webhook endpoint; ``url`` is stable across :meth:`stop` / :meth:`start`."""
 
-    def __init__(self, secret: str, *, fail_first: int = 0, status: int = 200, port: int | None = None):
+    def __init__(
+        self,
+        secret: str,
+        *,
+        fail_first: int = 0,
+        status: int = 200,
+        port: int | None = None,
+        verifier: Verifier | None = None,
+    ):
         self.secret = secret
+        self.verifier = verifier or (lambda headers, body: verify(secret, headers, body))
         self.fail_first = fail_first
         self.status = status
         self.port = port or free_port()
@@ -67,10 +81,11 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 try:
-                    verify(receiver.secret, self.headers, body)
+                    receiver.verifier(dict(self.headers), body)
                     verified, error = True, None
-                except SignatureError as exc:
-                    verified, error = False, str(exc)
+                except Exception as exc:  # noqa: BLE001 - any failed check is a 401
+                    named = isinstance(exc, SignatureError)
+                    verified, error = False, str(exc) if named else f"{type(exc).__name__}: {exc}"
                 with receiver._lock:
                     failing = len(receiver.requests) < receiver.fail_first
                     code = 401 if not verified else 503 if failing else receiver.status

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -125,7 +127,7 @@ def test_tampered_body_old_timestamp_and_wrong_secret_are_rejected(
     receivers: Callable[..., Receiver],
 ) -> None:
     receiver = receivers()
-    target = AlertTarget(name="r", url=receiver.url, secret=SECRET)
+    target = AlertTarget(name="r", url=receiver.url, secret=SECRET, signature="netmon-v1")
     assert post(target, notifications("10.0.0.5")[0]).ok
     genuine = receiver.requests[0]
     headers = {k: v for k, v in genuine.headers.items() if k.lower() not in ("host", "content-length")}
@@ -147,7 +149,8 @@ def test_tampered_body_old_timestamp_and_wrong_secret_are_rejected(
     assert "outside the tolerance" in (receiver.requests[3].error or "")
     with pytest.raises(SignatureError, match="outside the tolerance"):  # the genuine one, replayed later
         verify(SECRET, genuine.headers, genuine.body, now=int(headers[TIMESTAMP_HEADER]) + 301)
-    wrong = post(AlertTarget(name="w", url=receiver.url, secret="not-the-secret"), build_test_alert(target))
+    wrong_secret = AlertTarget(name="w", url=receiver.url, secret="not-the-secret", signature="netmon-v1")
+    wrong = post(wrong_secret, build_test_alert(target))
     assert (wrong.ok, wrong.status, wrong.permanent) == (False, 401, True)
 
 
@@ -228,3 +231,156 @@ def test_secrets_stay_out_of_reprs() -> None:
     )
     assert "T0KEN" not in repr(t) and "'S'" not in repr(t) and "RK" not in repr(t)
     assert "T0KEN" not in repr(AlertsConfig(targets=(t,)))
+
+
+# --- a deadline per request; every failure is an attempt ----------------------------------------
+
+
+class Trickler:
+    """A raw TCP server on 127.0.0.1 that answers one byte every ``gap_s`` (for ``for_s`` at most)."""
+
+    def __init__(self, answer: bytes, *, gap_s: float = 0.2, for_s: float = 8.0, head: bytes = b"") -> None:
+        self.answer, self.gap_s, self.for_s, self.head = answer, gap_s, for_s, head
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/hooks/slow"
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            deadline = time.monotonic() + self.for_s
+            try:
+                conn.sendall(self.head)
+                for byte in self.answer:
+                    if self.stopped.is_set() or time.monotonic() > deadline:
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.gap_s)
+            except OSError:
+                return  # the client gave up
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    ("head", "answer"),
+    [
+        (b"", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),  # the status line trickles
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n", b"x" * 60),  # the body trickles
+    ],
+    ids=["status-line", "body"],
+)
+def test_timeout_bounds_the_whole_request_not_each_read(head: bytes, answer: bytes) -> None:
+    """The old per-read timeout: each byte within 0.2 s reset it; the answer took 8+ s."""
+    server = Trickler(answer, head=head)
+    try:
+        target = AlertTarget(name="slow", url=server.url, secret=SECRET, timeout_s=1)
+        started = time.monotonic()
+        attempt = post(target, notifications("10.0.0.5")[0])
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop()
+    assert (attempt.ok, attempt.permanent) == (False, False)  # a timeout: retried later
+    assert attempt.error == "TimeoutError: no complete answer within timeout_s=1 s"
+    assert 0.9 <= elapsed < 2.0, elapsed
+
+
+def test_a_url_the_http_client_refuses_is_a_failed_attempt_not_an_escape(tmp_path: Path) -> None:
+    """A host label of 64 characters passes the config check but fails IDNA encoding in the client
+    (UnicodeError, outside the network errors post caught): the delivery stayed pending forever."""
+    url = "http://" + "a" * 64 + ".example/hooks/T0KEN"
+    target = AlertTarget(name="odd", url=url, secret=SECRET)
+    attempt = post(target, notifications("10.0.0.5")[0])
+    assert (attempt.ok, attempt.status, attempt.permanent) == (False, None, True)
+    assert attempt.error is not None and attempt.error.startswith("UnicodeError: ")
+    assert "\n" not in attempt.error and "T0KEN" not in attempt.error
+    cfg = fast([target])
+    notes = notifications("10.0.0.5")
+    enqueue(tmp_path / "o.db", cfg, notes)
+    with Outbox(tmp_path / "o.db") as outbox:
+        result = Deliverer(tmp_path / "o.db", cfg, seed=1).deliver_due(outbox, "odd")
+    assert (result.delivered, result.retrying, result.dead) == (0, 0, 2)  # both dead letters, at once
+    with Outbox(tmp_path / "o.db", readonly=True) as outbox:
+        dead = outbox.deliveries("dead")
+    assert [d["event_id"] for d in dead] == [n.event_id for n in notes]
+    assert all("UnicodeError" in d["last_error"] and "(cannot be sent)" in d["last_error"] for d in dead)
+
+
+def test_every_exception_of_an_attempt_is_a_failed_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    import alerts.delivery
+
+    def explode(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(alerts.delivery, "encode", explode)
+    attempt = post(AlertTarget(name="x", url="http://127.0.0.1:9/"), notifications("10.0.0.5")[0])
+    assert (attempt.ok, attempt.permanent, attempt.error) == (False, True, "RuntimeError: boom second line")
+
+
+# --- signature schemes on the wire ---------------------------------------------------------------
+
+
+def test_standard_and_netmon_v1_headers_on_the_wire(receivers: Callable[..., Receiver]) -> None:
+    receiver = receivers()
+    firing = notifications("10.0.0.5")[0]
+    standard = AlertTarget(name="std", url=receiver.url, secret="whsec_c2VjcmV0LWtleS1ieXRlcw==")
+    legacy = AlertTarget(name="v1", url=receiver.url, secret=SECRET, signature="netmon-v1")
+    unsigned = AlertTarget(name="none", url=receiver.url)
+    receiver.verifier = lambda headers, body: None  # accept all: this test reads the headers
+    for target in (standard, legacy, unsigned):
+        assert post(target, firing).ok
+    std, v1, plain = ({k.lower(): v for k, v in r.headers.items()} for r in receiver.requests)
+    assert std["webhook-id"] == std["idempotency-key"] == firing.event_id
+    assert std["webhook-timestamp"].isdigit() and std["webhook-signature"].startswith("v1,")
+    assert "x-netmon-signature" not in std and "x-netmon-timestamp" not in std
+    body = receiver.requests[0].body
+    assert verify("whsec_c2VjcmV0LWtleS1ieXRlcw==", std, body, scheme="standard") == int(
+        std["webhook-timestamp"]
+    )
+    with pytest.raises(SignatureError, match="signature mismatch"):  # the raw text is not the key
+        verify("c2VjcmV0LWtleS1ieXRlcw==", std, body, scheme="standard")
+    assert v1["x-netmon-signature"].startswith("v1=") and "webhook-signature" not in v1
+    assert verify(SECRET, v1, receiver.requests[1].body, scheme="netmon-v1")
+    assert v1["idempotency-key"] == firing.event_id and v1["x-netmon-event"] == "firing"
+    assert "webhook-signature" not in plain and "x-netmon-signature" not in plain
+    assert plain["webhook-id"] == firing.event_id
+
+
+# --- a backlog drains --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_backlog_of_20000_deliveries_drains_in_bounded_time(
+    tmp_path: Path, receivers: Callable[..., Receiver]
+) -> None:
+    """10,000 alerts, each a firing and a resolution, pending for one local receiver.
+
+    The old due() cost grew with the backlog per call (13.8 s per call at 8,000 pending): this
+    drain would not end for hours. Now each call costs the same; the drain is the POSTs.
+    """
+    from tests.alerts.test_outbox import backlog
+
+    receiver = receivers()
+    cfg = fast([AlertTarget(name="a", url=receiver.url, secret=SECRET)])
+    notes = backlog(tmp_path / "o.db", 20_000, now=time.time())
+    started = time.monotonic()
+    deliverer = Deliverer(tmp_path / "o.db", cfg, seed=1).start()
+    try:
+        receiver.wait_for(len(notes), timeout_s=600)
+    finally:
+        deliverer.stop()
+    elapsed = time.monotonic() - started
+    print(f"drained {len(notes)} deliveries in {elapsed:.1f} s ({1000 * elapsed / len(notes):.2f} ms each)")
+    with Outbox(tmp_path / "o.db", readonly=True) as outbox:
+        counts = outbox.counts()
+    assert counts["pending"] == 0 and counts["delivered"] == 20_000
+    order = {r.key: i for i, r in enumerate(receiver.accepted())}
+    assert all(order[f.event_id] < order[r.event_id] for f, r in zip(notes[0::2], notes[1::2], strict=True))
+    assert all(r.verified for r in receiver.requests[:200])

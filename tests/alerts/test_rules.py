@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -343,3 +344,86 @@ def test_pipeline_overload_uses_batch_time() -> None:
     assert [(n.status, n.subject, n.first_seen) for n in out] == [("firing", "handshake", T0.timestamp())]
     out = feed(engine, "shedding", [shedding(31, 0.5), shedding(32, 0.5)])
     assert [n.status for n in out] == ["resolved"]
+
+
+# --- malformed rows ---------------------------------------------------------------------------
+
+LINK = next(r for r in DEFAULT_RULES if r.name == "link-rate")
+
+
+def traffic_row(t: float, packets: int, start: object = None) -> dict:
+    return {"window_start": at(t - 1) if start is None else start, "window_end": at(t), "proto": 6} | {
+        "packets": packets,
+        "bytes": 1000,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "row", "reason"),
+    [
+        ("traffic", traffic_row(1, 200_000, start="not a time"), "column 'window_start' is not a time"),
+        ("traffic", traffic_row(1, 200_000, start=[1, 2]), "column 'window_start' is not a time"),
+        ("traffic", traffic_row(1, 200_000, start=10**30), "column 'window_start' is not a time"),
+        ("traffic", traffic_row(1, 200_000, start=float("nan")), "column 'window_start' is not a time"),
+        (
+            "distinct",
+            distinct_row(1, "v", 300) | {"window_end": "2024-13-45T99:00:00Z"},
+            "column 'window_end' is not a time",
+        ),
+        (
+            "distinct",
+            distinct_row(1, "v", 300) | {"window_end": float("inf")},
+            "column 'window_end' is not a time",
+        ),
+        ("distinct", distinct_row(1, "v", 300) | {"window_end": True}, "column 'window_end' is not a time"),
+        ("distinct", ["not", "a", "mapping"], "row is not a JSON object"),
+    ],
+)
+def test_a_malformed_row_raises_row_error_and_changes_nothing(kind: str, row: Any, reason: str) -> None:
+    """Before: ``window_start`` garbage raised a raw ValueError from _derived; the service died on it."""
+    from alerts.rules import RowError
+
+    engine = RuleEngine([LINK, DDOS])
+    feed(engine, "traffic", [traffic_row(1, 10)])
+    before = json.dumps(engine.snapshot(), sort_keys=True)
+    with pytest.raises(RowError) as caught:
+        engine.observe(kind, row)
+    assert caught.value.reason == reason
+    assert json.dumps(engine.snapshot(), sort_keys=True) == before and not engine.problems
+    # the next good rows still alert
+    out = feed(engine, "traffic", [traffic_row(2, 200_000), traffic_row(3, 10)])
+    assert [(n.rule, n.status) for n in out] == [("link-rate", "firing")]
+    assert [(n.rule, n.status) for n in feed(engine, "distinct", [distinct_row(4, "v", 300)])] == [
+        ("ddos", "firing")
+    ]
+
+
+def test_non_finite_values_never_hold_and_payloads_stay_json() -> None:
+    engine = RuleEngine([DDOS])
+    rows = [
+        distinct_row(1, "v", 300) | {"distinct": float("inf")},
+        distinct_row(1, "w", 300) | {"distinct": float("nan")},
+        distinct_row(1, "x", 300) | {"distinct": 10**400},  # beyond float range
+    ]
+    assert feed(engine, "distinct", rows) == [] and not engine.problems  # before: fired with inf
+    (n,) = feed(engine, "distinct", [distinct_row(2, "v", 300)])
+    assert n.value == 300 and json.loads(json.dumps(n.to_dict(), allow_nan=False))["value"] == 300
+
+
+def test_an_unexpected_error_in_one_rule_is_that_rules_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    import alerts.rules
+
+    boom = AlertRule(name="boom", source="distinct", field="distinct", threshold=1, subject="group")
+    real = alerts.rules._passes
+
+    def passes(rule: AlertRule, row: dict) -> bool:
+        if rule.name == "boom":
+            raise ZeroDivisionError("a bug")
+        return real(rule, row)
+
+    monkeypatch.setattr(alerts.rules, "_passes", passes)
+    engine = RuleEngine([boom, DDOS])
+    out = feed(engine, "distinct", [distinct_row(1, "v", 300)])
+    assert [n.rule for n in out] == ["ddos"]
+    assert engine.problems["boom"].message == "unexpected ZeroDivisionError: a bug"
+    assert engine.problems["boom"].count == 1

@@ -19,7 +19,7 @@ import pytest
 from alerts.outbox import Outbox, outbox_path
 from alerts.service import CRASH_ENV, CRASH_EXIT_CODE, AlertService, result_topic
 from netmon.config import AlertRule, AlertsConfig, AlertTarget, Config
-from tests.alerts.helpers import SECRET, at, distinct_row, produce
+from tests.alerts.helpers import SECRET, at, distinct_row, produce, produce_raw
 from tests.alerts.receiver import Receiver, free_port
 
 pytestmark = pytest.mark.kafka
@@ -305,3 +305,60 @@ def test_crash_between_outbox_and_commit_loses_and_duplicates_nothing(
     assert sorted(r.key for r in accepted) == sorted(e["event_id"] for e in events)  # every alert, once
     assert all(r.verified for r in receiver.requests)
     assert _committed(kafka_cfg, topic) == _end_offsets(kafka_cfg, topic)
+
+
+def test_malformed_rows_on_the_broker_are_skipped_and_the_next_good_row_alerts(
+    kafka_cfg: Config, receivers: Callable[..., Receiver]
+) -> None:
+    """Before: the non-UTF-8 header (or the window_start that is not a time) killed the service; a
+    restart read the same row again and died again."""
+    import json
+
+    receiver = receivers()
+    good = [("netmon.kind", b"distinct"), ("netmon.result-version", b"1")]
+
+    def value(row: dict) -> bytes:
+        return json.dumps(row).encode()
+
+    victim = "10.0.0.5"
+    produce_raw(
+        kafka_cfg,
+        "distinct",
+        [
+            (value(distinct_row(1, victim, 300) | {"window_start": "not a time"}), good),
+            (value(distinct_row(1, victim, 300)), [("netmon.kind", b"\xc3\x28")]),  # not UTF-8
+            (b"\x00\x01 not json", good),
+            (value([distinct_row(1, victim, 300)]), good),  # JSON, not an object
+            *[(value(distinct_row(t, victim, 305)), good) for t in (1, 2)],
+            *[(value(distinct_row(t, "10.0.0.53", 3)), good) for t in (3, 4)],
+        ],
+    )
+    service = AlertService(kafka_cfg, settings(kafka_cfg, receiver.url))
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            service.run(idle_exit_s=1.5)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(60), "the alert service did not finish"
+    assert not failure, f"the alert service died: {failure[0]!r}"
+    assert sorted((r.json["rule"], r.json["subject"], r.json["status"]) for r in receiver.accepted()) == [
+        ("ddos", victim, "firing"),
+        ("ddos", victim, "resolved"),
+    ]
+    assert (service.totals.rows, service.totals.bad) == (4, 4)
+    with Outbox(outbox_path(kafka_cfg.paths.state_dir), readonly=True) as outbox:
+        assert {k: v["count"] for k, v in outbox.skipped().items()} == {
+            "column 'window_start' is not a time": 1,
+            "netmon.kind header is not UTF-8": 1,
+            "value is not JSON": 1,
+            "value is not a JSON object": 1,
+        }
+    topic = result_topic(kafka_cfg, "distinct")
+    assert _committed(kafka_cfg, topic) == _end_offsets(kafka_cfg, topic)  # the offsets moved past them
