@@ -107,23 +107,25 @@ class SharedBatch:
         self.functions = dict(functions)
         self.counting = {n: f for n, f in self.functions.items() if hasattr(f, "specs")}
         self.seconds: dict[str, float] = {name: 0.0 for name in self.functions}
-        self.totals = {"packets": 0, "control": 0, "malformed": 0}
+        self.totals = {"packets": 0, "control": 0, "malformed": 0, "future": 0}
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # Decoded once from Kafka, then read from memory by every kind.
         lines = df.persist()
         try:
+            good = ~F.col("is_malformed") & ~F.col("is_future")
             counted = lines.agg(
-                F.count(F.when(~F.col("is_malformed") & ~F.col("is_control"), 1)).alias("packets"),
-                F.count(F.when(~F.col("is_malformed") & F.col("is_control"), 1)).alias("control"),
+                F.count(F.when(good & ~F.col("is_control"), 1)).alias("packets"),
+                F.count(F.when(good & F.col("is_control"), 1)).alias("control"),
                 F.count(F.when(F.col("is_malformed"), 1)).alias("malformed"),
+                F.count(F.when(F.col("is_future"), 1)).alias("future"),
             ).first()
             # Counted before the kinds run: their rows are visible as soon as each commits (a batch
             # that Spark runs again after a crash is counted again).
             if counted is not None:
                 for key in self.totals:
                     self.totals[key] += int(counted[key] or 0)
-            batch = lines.where(~F.col("is_malformed")).drop("is_malformed")
+            batch = lines.where(good).drop("is_malformed", "is_future")
             if self.counting:
                 started = time.perf_counter()
                 specs = [spec for f in self.counting.values() for spec in f.specs]
@@ -151,6 +153,8 @@ class QueryStats:
     packets: int = 0
     malformed: int = 0
     control: int = 0
+    #: records and control messages dropped for an event time too far ahead ([pipeline] max_future_s)
+    future: int = 0
     late_dropped: int = 0
     last_batch_ms: int = 0
     state_rows: int = 0
@@ -202,6 +206,7 @@ class Pipeline:
                         st.packets += int(observed["packets"] or 0)
                         st.malformed += int(observed["malformed"] or 0)
                         st.control += int(observed["control"] or 0)
+                        st.future += int(observed["future"] or 0)
                     ops = progress.get("stateOperators") or []
                     st.late_dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
                     if ops:
@@ -214,10 +219,11 @@ class Pipeline:
                 if isinstance(shared, SharedBatch) and kind in shared.seconds:
                     st.kind_ms = round(shared.seconds[kind] * 1000)
                     # The shared query's decode counts (not reported through observe()).
-                    st.packets, st.control, st.malformed = (
+                    st.packets, st.control, st.malformed, st.future = (
                         shared.totals["packets"],
                         shared.totals["control"],
                         shared.totals["malformed"],
+                        shared.totals["future"],
                     )
         if self.publisher is not None:
             self.publisher.publish()

@@ -55,7 +55,12 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
 
 
 def decode_packets(
-    raw: DataFrame, watermark_s: float, *, keep_control: bool = False, keep_malformed: bool = False
+    raw: DataFrame,
+    watermark_s: float,
+    *,
+    keep_control: bool = False,
+    keep_malformed: bool = False,
+    max_future_s: float = 0.0,
 ) -> DataFrame:
     """Kafka records -> one row per packet (``ts``, ``ts_ns`` and the record columns), watermarked.
 
@@ -63,6 +68,11 @@ def decode_packets(
     ``keep_malformed`` (with ``keep_control``): malformed lines stay too, flagged ``is_malformed``,
     for a ``foreachBatch`` consumer that counts them itself (Spark does not report the
     ``observe`` metrics of a plan a ``foreachBatch`` function runs).
+    ``max_future_s`` (> 0): a record or control message whose event time is more than this ahead of
+    the batch's wall-clock time (``current_timestamp()``, fixed per batch, so a rerun decides the
+    same) is from a broken clock or a hostile writer — years 2242 from a wrapped pcapng offset —
+    and would make every later record late: it is counted (``future``) and dropped, and never
+    moves the watermark. With ``keep_malformed`` such rows stay, flagged ``is_future``.
     """
     # Messages: known format and version, or counted as malformed.
     known = _header("netmon.format").eqNullSafe(F.lit(WIRE_FORMAT)) & _header("netmon.version").eqNullSafe(
@@ -96,19 +106,26 @@ def decode_packets(
         & F.coalesce(F.col("control") == "watermark", F.lit(False))
         & F.col("event_ns").isNotNull()
     )
+    if max_future_s > 0:
+        horizon_ns = (F.unix_micros(F.current_timestamp()) + F.lit(round(max_future_s * 1e6))) * 1000
+        is_future = (is_packet | is_control) & F.coalesce(F.col("event_ns") > horizon_ns, F.lit(False))
+    else:
+        is_future = F.lit(False)
     counted = rows.observe(
         "decode",
         F.count(F.lit(1)).alias("lines"),
-        F.sum(is_packet.cast("long")).alias("packets"),
-        F.sum(is_control.cast("long")).alias("control"),
+        F.sum((is_packet & ~is_future).cast("long")).alias("packets"),
+        F.sum((is_control & ~is_future).cast("long")).alias("control"),
         F.sum((~(is_packet | is_control)).cast("long")).alias("malformed"),
+        F.sum(is_future.cast("long")).alias("future"),
     )
     # Event time: Spark timestamps are microseconds; ts_ns keeps the exact value.
-    kept = counted if keep_malformed else counted.where(is_packet | is_control)
+    kept = counted if keep_malformed else counted.where((is_packet | is_control) & ~is_future)
+    flags = [(~(is_packet | is_control)).alias("is_malformed"), is_future.alias("is_future")]
     timed = kept.select(
         F.timestamp_micros(F.expr("event_ns div 1000")).alias("ts"),
         is_control.alias("is_control"),
-        *([(~(is_packet | is_control)).alias("is_malformed")] if keep_malformed else []),
+        *(flags if keep_malformed else []),
         "r.*",
     )
     # Declared once, on the decoded stream; control rows advance it and are dropped after it.
@@ -139,4 +156,5 @@ def read_packets(
         cfg.pipeline.watermark_s,
         keep_control=keep_control,
         keep_malformed=keep_malformed,
+        max_future_s=cfg.pipeline.max_future_s,
     )

@@ -187,12 +187,17 @@ class PipelineConfig:
     kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding")
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
+    #: a record or control message more than this ahead of the wall clock is dropped and counted
+    #: (a broken clock, a wrapped pcapng offset, a hostile writer); it never moves the watermark.
+    #: 0 turns the guard off.
+    max_future_s: float = 86400.0
 
     def __post_init__(self) -> None:
         where = "[pipeline]"
         positive(where, "traffic_window_s", self.traffic_window_s)
         positive(where, "watermark_s", self.watermark_s, zero=True)
         positive(where, "trigger_s", self.trigger_s)
+        positive(where, "max_future_s", self.max_future_s, zero=True)
         for kind in self.kinds:
             expect(kind in RESULT_KINDS, where, "kinds", f"kinds among {', '.join(RESULT_KINDS)}", kind)
 

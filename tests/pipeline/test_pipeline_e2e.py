@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from ingest.replay import ReplayOptions, replay
@@ -177,3 +178,67 @@ def test_a_batch_shared_by_every_kind_gives_each_kind_what_it_gives_alone(
         assert rows, kind
         assert rows == _rows(alone_cfg, kind), kind
         assert together.stats[kind].packets == alone.stats[kind].packets > 0
+
+
+def test_a_far_future_record_or_control_message_never_moves_the_watermark(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """Event-time poisoning (faults issue, item 2): year-2242 timestamps before a capture."""
+    from kafka import KafkaProducer
+
+    from ingest import read_records
+    from ingest.wire import encode_messages, watermark_message
+
+    # Two messages per batch: the poison is a batch of its own, before the capture's.
+    cfg = _config(netmon_config, tmp_path, "netmon.test.future", partitions=1, max_offsets_per_trigger=2)
+    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, 1)
+    # A record from year 2242 (a wrapped pcapng offset) and an injected control message from 2242.
+    first = next(iter(read_records(SAMPLE)))
+    poisoned = first.slice(0, 1).set_column(
+        0, "ts", pa.array([8_500_000_000 * 10**9], first.schema.field("ts").type)
+    )
+    producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap)
+    for value, headers in [*encode_messages(poisoned, 1), watermark_message(8_500_000_000 * 10**9)]:
+        producer.send(cfg.kafka.packets_topic, value, headers=headers)
+    producer.flush()
+    producer.close()
+    # Then the real capture, whose windows must all come out (none late).
+    opts = ReplayOptions(close_windows_s=cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s)
+    replay(SAMPLE, bootstrap=cfg.kafka.bootstrap, topic=cfg.kafka.packets_topic, options=opts, progress=False)
+    pipeline = start_pipeline(spark, cfg, available_now=True, kinds=("traffic",))
+    pipeline.await_termination(600)
+    assert pipeline.failed() is None, pipeline.failed()
+    pipeline.stop()
+    assert _results(cfg) == traffic_per_window(SAMPLE)
+    stats = pipeline.stats["traffic"]
+    assert (stats.future, stats.late_dropped) == (2, 0)
+
+
+def test_counters_count_every_batch_after_an_idle_gap_and_a_replay_dropped_as_late(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """Status counters (faults issue, item 10): idle triggers take the next batch id first."""
+    cfg = _config(netmon_config, tmp_path, "netmon.test.counters", partitions=1).replace(
+        pipeline={"trigger_s": 0.5}
+    )
+    acked = _replay(cfg, SAMPLE)
+    pipeline = start_pipeline(spark, cfg, kinds=("traffic",))
+    try:
+        _wait_for(pipeline, cfg, acked)
+        time.sleep(4)  # idle triggers meanwhile
+        pipeline.poll()
+        # The same capture again: every record is behind the watermark now.
+        opts = ReplayOptions(close_windows_s=cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s)
+        replay(
+            SAMPLE, bootstrap=cfg.kafka.bootstrap, topic=cfg.kafka.packets_topic, options=opts, progress=False
+        )
+        deadline = time.monotonic() + 240
+        while pipeline.poll()["traffic"].late_dropped < acked and time.monotonic() < deadline:
+            assert pipeline.failed() is None, pipeline.failed()
+            time.sleep(1)
+    finally:
+        pipeline.stop()
+    stats = pipeline.stats["traffic"]
+    assert (stats.packets, stats.late_dropped, stats.control) == (2 * acked, acked, 2)
+    assert stats.batches >= 2
+    assert sum(p for p, _ in _results(cfg).values()) == acked  # the late copy added nothing
