@@ -100,17 +100,20 @@ class SharedBatch:
     The *counting* kinds (those with ``specs`` and ``apply``: traffic, top-k) get their stage-1
     counts from one pass over the batch (``pipeline.partials``); the others (distinct counts) get
     the well-formed rows, cached. ``seconds[kind]``: the kind's time in the last batch
-    (``stage1`` for the shared counting pass).
+    (``decode`` for the Kafka read, decode and counts, ``stage1`` for the shared counting pass).
     """
 
     def __init__(self, functions: dict[str, Any]) -> None:
         self.functions = dict(functions)
         self.counting = {n: f for n, f in self.functions.items() if hasattr(f, "specs")}
         self.seconds: dict[str, float] = {name: 0.0 for name in self.functions}
+        #: each kind's (and the shared stage 1's, the decode's) time over this process's batches
+        self.total_seconds: dict[str, float] = {}
         self.totals = {"packets": 0, "control": 0, "malformed": 0, "future": 0}
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         # Decoded once from Kafka, then read from memory by every kind.
+        started = time.perf_counter()
         lines = df.persist()
         try:
             good = ~F.col("is_malformed") & ~F.col("is_future")
@@ -126,6 +129,7 @@ class SharedBatch:
                 for key in self.totals:
                     self.totals[key] += int(counted[key] or 0)
             batch = lines.where(good).drop("is_malformed", "is_future")
+            self.seconds["decode"] = time.perf_counter() - started
             if self.counting:
                 started = time.perf_counter()
                 specs = [spec for f in self.counting.values() for spec in f.specs]
@@ -142,6 +146,8 @@ class SharedBatch:
                 started = time.perf_counter()
                 function(batch, batch_id)
                 self.seconds[name] = time.perf_counter() - started
+            for name, spent in self.seconds.items():
+                self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
         finally:
             lines.unpersist()
 

@@ -16,6 +16,7 @@ from cli.main import LazyGroup
         "topk-offline": "cli.commands.bench_topk:offline_command",
         "distinct": "cli.commands.bench_distinct:command",
         "join": "cli.commands.bench_join:command",
+        "pipeline": "cli.commands.bench_pipeline:command",
     },
 )
 def command() -> None:

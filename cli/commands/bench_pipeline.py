@@ -1,0 +1,63 @@
+"""``netmon bench pipeline``: the command line of :mod:`bench.pipeline`.
+
+The whole pipeline with every configured kind, through a temporary real broker: drain throughput
+per scenario, where a batch's time goes, and (``--rates``) lag, catch-up and latency at fixed
+replay rates.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(r) for r in value.split(",")) if value else ()
+    except ValueError:
+        raise click.BadParameter(f"expected packets/s as integers, e.g. 25000,50000, got {value!r}") from None
+
+
+@click.command("pipeline")
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    type=click.Choice(["baseline", "ddos", "port-scan", "syn-flood", "heavy-hitter-burst"]),
+    help="Scenario(s) to generate [baseline and ddos].",
+)
+@click.option(
+    "--packets", type=int, default=1_000_000, show_default=True, help="Packets of the drain capture."
+)
+@click.option(
+    "--duration", "duration_s", type=float, default=300.0, show_default=True, help="Its event-time span, s."
+)
+@click.option("--rates", callback=_rates, help="Replay rates to hold, packets/s, e.g. 50000,100000.")
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="Length of each rate's replay.")
+@click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
+def command(
+    scenarios: tuple[str, ...],
+    packets: int,
+    duration_s: float,
+    rates: tuple[int, ...],
+    seconds: float,
+    as_json: bool,
+) -> None:
+    """Throughput, batch-time shares, lag and latency of the whole pipeline (all default queries)."""
+    from bench.pipeline import bench_pipeline, format_report
+
+    try:
+        result = bench_pipeline(
+            scenarios=scenarios or ("baseline", "ddos"),
+            packets=packets,
+            duration_s=duration_s,
+            rates=rates,
+            seconds=seconds,
+            say=lambda line: click.echo(line, err=True),
+        )
+    except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, Spark, replay)
+        click.echo(f"netmon bench pipeline: error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(format_report(result)))

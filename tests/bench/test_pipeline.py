@@ -1,0 +1,32 @@
+"""``bench.pipeline`` (``netmon bench pipeline``): its measures on a tiny run, and its report.
+
+The benchmark itself (1M-packet captures, minutes) is run by hand and recorded in
+``docs/performance.md``; here a 3,000-packet drain checks that the figures are the run's own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.pipeline import _percentile, _shares, bench_pipeline, format_report
+
+
+def test_percentile_and_shares() -> None:
+    assert _percentile([], 0.5) is None
+    assert _percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert _percentile([float(i) for i in range(101)], 0.99) == 99.0
+    assert _shares({"a": 1.0, "b": 3.0}) == {"a": 0.25, "b": 0.75}
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_tiny_drain_reports_its_own_packets_and_shares(spark) -> None:
+    result = bench_pipeline(scenarios=("baseline",), packets=3000, duration_s=20.0, spark=spark, warmup=False)
+    drain = result["scenarios"]["baseline"]["drain"]
+    assert drain["packets"] == 3000
+    assert drain["packets_per_s"] == round(3000 / drain["wall_s"])
+    shares = drain["share"]
+    assert {"decode", "stage1", "traffic", "topk", "distinct"} <= set(shares)
+    assert abs(sum(shares.values()) - 1.0) < 0.01
+    lines = format_report(result)
+    assert lines[1].startswith("baseline: drain 3,000 packets in ")
