@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import struct
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
-from typing import Self
+from collections.abc import Iterable
+from typing import Self, TypeAlias
 
 from datasketches import hll_sketch, hll_union, tgt_hll_type
 
@@ -39,7 +39,8 @@ _EXACT_SET_VERSION = 1
 _U32 = struct.Struct("<I")
 _STATE_HEAD = struct.Struct("<4sBBBqqq")  # tag, version, exact, lg_k, N, b, slides
 
-Synopsis = set[str] | hll_sketch
+#: One sub-window's synopsis of one group: an exact set of key texts, or an HLL sketch.
+Synopsis: TypeAlias = set[str] | hll_sketch
 
 
 def _sketch_update(sketch: hll_sketch, item: str) -> None:
@@ -266,8 +267,8 @@ class SubWindowDistinct(Base):
     def _union_into(self, dst: Synopsis | None, src: Synopsis) -> Synopsis:
         """``dst ∪ src`` (``dst`` first), as Spark's ``HllSketchAgg.merge`` does for HLL."""
         if self.exact:
-            out = set(dst) if dst is not None else set()
-            out |= src  # type: ignore[arg-type]
+            out: set[str] = set(dst) if dst is not None else set()
+            out |= src
             return out
         u = hll_union(self.lg_k)
         if dst is not None:
@@ -278,9 +279,9 @@ class SubWindowDistinct(Base):
     def _syn_bytes(self, syn: Synopsis | None) -> bytes:
         if syn is None:
             syn = self._new()
-        if self.exact:
-            return _exact_to_bytes(syn)  # type: ignore[arg-type]
-        return bytes(syn.serialize_updatable())  # type: ignore[union-attr]
+        if isinstance(syn, set):  # exact mode
+            return _exact_to_bytes(syn)
+        return bytes(syn.serialize_updatable())
 
     def _syn_from_bytes(self, data: bytes) -> Synopsis:
         if not isinstance(data, bytes | bytearray | memoryview):
@@ -308,10 +309,10 @@ class SubWindowDistinct(Base):
         syn = self._open.get(group)
         if syn is None:
             syn = self._open[group] = self._new()
-        if self.exact:
-            syn.add(item)  # type: ignore[union-attr]
+        if isinstance(syn, set):  # exact mode
+            syn.add(item)
         else:
-            _sketch_update(syn, item)  # type: ignore[arg-type]
+            _sketch_update(syn, item)
         return self
 
     def update_synopsis(self, data: bytes, group: str = "") -> Self:
@@ -322,9 +323,10 @@ class SubWindowDistinct(Base):
         """
         _check_group_item("", group)
         syn = self._syn_from_bytes(data)
-        if self.exact and not syn:
-            return self
-        if not self.exact and syn.is_empty():  # type: ignore[union-attr]
+        if isinstance(syn, set):  # exact mode
+            if not syn:
+                return self
+        elif syn.is_empty():
             return self
         old = self._open.get(group)
         self._open[group] = syn if old is None else self._union_into(old, syn)
@@ -375,10 +377,15 @@ class SubWindowDistinct(Base):
 
     # -- queries ---------------------------------------------------------------------------------
 
-    def _union(self, group: str) -> Synopsis | hll_union:
-        """The union of ``group``'s synopses in the window (Golab's probe of <= N/b intervals).
+    def _exact_union(self, group: str) -> set[str]:
+        """Exact mode: the union of ``group``'s sets in the window (a probe of <= N/b intervals)."""
+        out: set[str] = set()
+        return out.union(*self._by_group[group])
 
-        HLL mode returns the union *settled*: united once more with its own result. A union
+    def _sketch_union(self, group: str) -> hll_union:
+        """HLL mode: the union of ``group``'s sketches in the window (Golab's probe of <= N/b intervals).
+
+        The union is returned *settled*: united once more with its own result. A union
         whose HLL-mode state came from coupon insertion, or from copying one in-order sketch,
         still carries DataSketches' HIP accumulator, and its estimate depends on the order in
         which the sketches were unioned. Uniting it with itself changes no register and no
@@ -387,24 +394,19 @@ class SubWindowDistinct(Base):
         and state store merge in no fixed order; ``hll_sketch_estimate(hll_union(sk, sk))``
         settles the same way there, and both engines give the same answer.
         """
-        syns = self._by_group[group]
-        if self.exact:
-            return set().union(*syns)  # type: ignore[arg-type]
         u = hll_union(self.lg_k)
-        for sk in syns:  # oldest sub-window first (any order gives the same settled answer)
+        for sk in self._by_group[group]:  # oldest sub-window first (any order gives the same settled answer)
             u.update(sk)
         u.update(u.get_result(HLL_TYPE))
         return u
 
-    def _window_unions(self) -> Iterator[tuple[str, Synopsis | hll_union]]:
-        for g in self._by_group:
-            yield g, self._union(g)
-
     def _answer(self, group: str) -> int:
         got = self._answers.get(group)
         if got is None:
-            u = self._union(group)
-            got = len(u) if self.exact else _java_round(u.get_estimate())  # type: ignore[arg-type,union-attr]
+            if self.exact:
+                got = len(self._exact_union(group))
+            else:
+                got = _java_round(self._sketch_union(group).get_estimate())
             self._answers[group] = got
         return got
 
@@ -424,12 +426,15 @@ class SubWindowDistinct(Base):
         """Per group (lower, upper) at ``num_std_devs`` (1, 2 or 3) standard deviations."""
         if num_std_devs not in (1, 2, 3):
             raise ValueError(f"num_std_devs: expected 1, 2 or 3, got {num_std_devs!r}")
-        if self.exact:
-            return {g: (float(len(s)), float(len(s))) for g, s in self._window_unions()}  # type: ignore[arg-type]
-        return {
-            g: (u.get_lower_bound(num_std_devs), u.get_upper_bound(num_std_devs))  # type: ignore[union-attr]
-            for g, u in self._window_unions()
-        }
+        out: dict[str, tuple[float, float]] = {}
+        for g in self._by_group:
+            if self.exact:
+                n = float(len(self._exact_union(g)))
+                out[g] = (n, n)
+            else:
+                u = self._sketch_union(g)
+                out[g] = (u.get_lower_bound(num_std_devs), u.get_upper_bound(num_std_devs))
+        return out
 
     def is_empty(self) -> bool:
         """True when no closed sub-window in the window holds an item."""

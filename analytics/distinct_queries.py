@@ -8,6 +8,7 @@ null (e.g. no ports for ICMP) is skipped by that query.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -19,7 +20,7 @@ __all__ = ["QUERIES", "DistinctQuery", "get_query"]
 FIVE_TUPLE = ("src_ip", "dst_ip", "proto", "src_port", "dst_port")
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False)
 class DistinctQuery:
     """One distinct-count query.
 
@@ -54,14 +55,26 @@ class DistinctQuery:
     sub_window_s: float = 1.0
     description: str = ""
 
-    def __post_init__(self) -> None:
+    # Written out, not generated: the keys are taken as given (text or tuple), and kept parsed.
+    def __init__(
+        self,
+        *,
+        name: str,
+        count: str | Sequence[str],
+        group_by: str | Sequence[str] = (),
+        window_s: float = 10.0,
+        sub_window_s: float = 1.0,
+        description: str = "",
+    ) -> None:
+        # Frozen: each field is set once, here.
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "window_s", window_s)
+        object.__setattr__(self, "sub_window_s", sub_window_s)
+        object.__setattr__(self, "description", description)
         if not self.name:
             raise ValueError("name: empty query name")
-        object.__setattr__(self, "count", parse_key(self.count))
-        if self.group_by:
-            object.__setattr__(self, "group_by", parse_key(self.group_by))
-        else:
-            object.__setattr__(self, "group_by", ())
+        object.__setattr__(self, "count", parse_key(count))
+        object.__setattr__(self, "group_by", parse_key(group_by) if group_by else ())
         for field, v in (("window_s", self.window_s), ("sub_window_s", self.sub_window_s)):
             if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                 raise ValueError(f"{field}: expected a positive number of seconds, got {v!r}")

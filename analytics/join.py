@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 import pandas as pd
@@ -120,7 +120,11 @@ def _as_payload(name: str, payload: Mapping[str, Any] | None, n: int) -> dict[st
 
 # -- vectorised search helpers ------------------------------------------------------------------
 def _search(
-    s_codes: np.ndarray, s_vals: np.ndarray, q_codes: np.ndarray, q_vals: np.ndarray, side: str
+    s_codes: np.ndarray,
+    s_vals: np.ndarray,
+    q_codes: np.ndarray,
+    q_vals: np.ndarray,
+    side: Literal["left", "right"],
 ) -> np.ndarray:
     """``searchsorted`` of pairs (q_code, q_val) in pairs sorted lexicographically by (code, val).
 
@@ -307,6 +311,25 @@ def _check_seconds(name: str, value: float) -> float:
 
 class _WindowJoin(Base):
     """What both joins share: the batch form of their verbs."""
+
+    def update(
+        self,
+        left_ts: Any,
+        left_keys: Any,
+        right_ts: Any,
+        right_keys: Any,
+        *,
+        left_ids: Any = None,
+        right_ids: Any = None,
+        left_payload: Mapping[str, Any] | None = None,
+        right_payload: Mapping[str, Any] | None = None,
+    ) -> Self:
+        """Join one micro-batch of both streams (each join class defines it)."""
+        raise NotImplementedError
+
+    def report(self) -> pd.DataFrame:
+        """The results of the last :meth:`update` (each join class defines it)."""
+        raise NotImplementedError
 
     def process_batch(
         self,

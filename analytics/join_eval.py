@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analytics.join_cost import JoinCostModel
-from analytics.join_queries import JoinRun, JoinSide, make_shedder, measure_model, run_join
+from analytics.join_queries import JoinRun, JoinSide, make_shedder, measure_model, run_join_sides
 
 __all__ = [
     "EVAL_STRATEGIES",
@@ -52,6 +52,9 @@ __all__ = [
 
 #: The strategies compared (``none`` is the unshed reference run).
 EVAL_STRATEGIES: tuple[str, ...] = ("cf", "inp", "pni", "max-subset", "max-subset-prior")
+
+#: The budget fractions :func:`evaluate_shedding` tries by default: 0.1, 0.2, ..., 1.0.
+DEFAULT_BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
 
 _NS = 1_000_000_000
 
@@ -163,7 +166,7 @@ def evaluate_shedding(
     windows: WindowSpec,
     *,
     dataset: str = "data",
-    budgets: Sequence[float] = tuple(round(0.1 * i, 1) for i in range(1, 11)),
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
     strategies: Sequence[str] = EVAL_STRATEGIES,
     cu_s: float | None = None,
     cp_s: float | None = None,
@@ -177,7 +180,7 @@ def evaluate_shedding(
     unknown = sorted(set(strategies) - set(EVAL_STRATEGIES))
     if unknown:
         raise ValueError(f"strategies: unknown {unknown} (known: {', '.join(EVAL_STRATEGIES)})")
-    base = run_join(windows, (left, right), batch_s=batch_s)  # type: ignore[arg-type]
+    base = run_join_sides(windows, (left, right), batch_s=batch_s)
     model = measure_model(base, cu_s=cu_s, cp_s=cp_s, window=(windows.window_left_s, windows.window_right_s))
     if not (math.isfinite(model.cu_s) and math.isfinite(model.cp_s)):
         raise ValueError("cu_s: could not measure C_u/C_p (no tuples or no results); give cu_s and cp_s")
@@ -202,7 +205,7 @@ def evaluate_shedding(
                     strategy, x_left=xl, x_right=xr, seed=seed, window_left_s=windows.window_left_s,
                     window_right_s=windows.window_right_s, cu_s=cu, cp_s=cp, budget=budget,
                 )  # fmt: skip
-                run = run_join(windows, (left, right), shedder=shedder, batch_s=batch_s)  # type: ignore[arg-type]
+                run = run_join_sides(windows, (left, right), shedder=shedder, batch_s=batch_s)
                 per_seed.append(
                     _run_row(strategy, run, budget=budget, cu=cu, cp=cp, predicted=predicted, x=x)
                 )

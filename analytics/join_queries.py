@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,7 @@ __all__ = [
     "measure_model",
     "rtt_per_server",
     "run_join",
+    "run_join_sides",
     "unanswered_syns",
 ]
 
@@ -257,13 +259,23 @@ class LinkQuery(Base):
     def sides(self, records: pa.Table | pa.RecordBatch, *, offset: int = 0) -> tuple[JoinSide, JoinSide]:
         """(A, B) of ``records``; ids are row numbers plus ``offset``; records without a key skipped."""
         t = _records(records)
-        return tuple(  # type: ignore[return-value]
-            _side(t, f.mask(t), key_text(t, k), {}, offset)
-            for f, k in zip(self._filters, self._keys, strict=True)
-        )
+        (f_a, f_b), (k_a, k_b) = self._filters, self._keys
+        a = _side(t, f_a.mask(t), key_text(t, k_a), {}, offset)
+        b = _side(t, f_b.mask(t), key_text(t, k_b), {}, offset)
+        return a, b
 
 
 # -- running a query ----------------------------------------------------------------------------
+class JoinWindows(Protocol):
+    """The two windows of a join, in seconds: all a run over prepared sides needs of its query."""
+
+    @property
+    def window_left_s(self) -> float: ...
+
+    @property
+    def window_right_s(self) -> float: ...
+
+
 @dataclass
 class JoinRun:
     """The outcome of :func:`run_join`: results, per-batch statistics, the inputs, unmatched tuples."""
@@ -300,10 +312,37 @@ def run_join(
     if isinstance(records, tuple) and len(records) == 2 and isinstance(records[0], JoinSide):
         left, right = records
     else:
-        left, right = query.sides(_records(records))  # type: ignore[arg-type]
+        left, right = query.sides(_records(records))
+    return run_join_sides(
+        query,
+        (left, right),
+        shedder=shedder,
+        batch_s=batch_s,
+        lateness_s=lateness_s,
+        track_unmatched=track_unmatched,
+    )
+
+
+def run_join_sides(
+    windows: JoinWindows,
+    sides: tuple[JoinSide, JoinSide],
+    *,
+    shedder: Shedder | None = None,
+    batch_s: float = 1.0,
+    lateness_s: float = 0.0,
+    track_unmatched: bool = False,
+) -> JoinRun:
+    """:func:`run_join` over prepared sides ``(left, right)``: only the windows of a query are needed.
+
+    ``windows`` is a query (:class:`HandshakeQuery`, :class:`LinkQuery`) or anything else with
+    ``window_left_s`` and ``window_right_s``, e.g. ``analytics.join_eval.WindowSpec``.
+    """
+    if not (math.isfinite(batch_s) and batch_s > 0):
+        raise ValueError(f"batch_s: expected a number of seconds > 0, got {batch_s!r}")
+    left, right = sides
     join = SymmetricHashJoin(
-        query.window_left_s,
-        query.window_right_s,
+        windows.window_left_s,
+        windows.window_right_s,
         shedder=shedder,
         lateness_s=lateness_s,
         track_unmatched=track_unmatched,

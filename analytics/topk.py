@@ -158,8 +158,10 @@ class _SubWindowed(Base):
             self._check_open(n)
             table = pa.table({"key": keys, "w": w})
             grouped = table.group_by("key", use_threads=False).aggregate([("w", "sum")])
-            counts = dict(zip(grouped["key"].to_pylist(), grouped["w_sum"].to_pylist(), strict=True))
-            self._add_counts(counts, n)
+            sums: dict[str, int] = dict(
+                zip(grouped["key"].to_pylist(), grouped["w_sum"].to_pylist(), strict=True)
+            )
+            self._add_counts(sums, n)
             return self
         keys = list(keys)
         ws = [1] * len(keys) if weights is None else [int(x) for x in weights]
@@ -324,6 +326,16 @@ class _SubWindowed(Base):
         return {"end": end, "delta": self._delta(), "items": items}
 
     # -- queries -----------------------------------------------------------------------------------
+
+    @property
+    def window_units(self) -> int:
+        """``N`` as an integer: records (count-based) or nanoseconds (time-based)."""
+        return self._N
+
+    @property
+    def sub_window_units(self) -> int:
+        """``b`` as an integer: records (count-based) or nanoseconds (time-based)."""
+        return self._b
 
     @property
     def index(self) -> int | None:

@@ -93,7 +93,7 @@ class TopKMerge:
         if version != cls._VERSION:
             raise ValueError(f"data: unsupported TopKMerge state version {version}")
         topk = SubWindowTopK.from_bytes(data[5 : 5 + size])
-        saved = QueryParams(topk.N, topk.b, topk.k)
+        saved = QueryParams(topk.window_units, topk.sub_window_units, topk.k)
         if saved != params:
             raise ValueError(
                 f"the checkpoint's top-k state has window {saved} but the query asks for {params}: "

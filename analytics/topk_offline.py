@@ -51,6 +51,13 @@ def parse_duration(text: str | int | timedelta, name: str = "duration") -> int:
     return parse_duration_ns(text, name=name, bare_unit=None)
 
 
+def _count_units(value: int | str | timedelta, name: str) -> int:
+    """A count-based window's length, a number of records: durations are refused."""
+    if isinstance(value, str | timedelta):
+        raise ValueError(f"{name}: a count-based window takes an integer, got {value!r}")
+    return value
+
+
 class OfflineTopK(Base):
     """A top-k query (key, weight, window) run over record batches; reports in order.
 
@@ -110,15 +117,12 @@ class OfflineTopK(Base):
         if time_based:
             n_units, b_units = parse_duration(N, "N"), parse_duration(b, "b")
         else:
-            n_units, b_units = N, b
-            for name, value in (("N", N), ("b", b)):
-                if isinstance(value, str | timedelta):
-                    raise ValueError(f"{name}: a count-based window takes an integer, got {value!r}")
+            n_units, b_units = _count_units(N, "N"), _count_units(b, "b")
         algorithm = ExactSlidingTopK if exact else SubWindowTopK
         self._algorithm: SubWindowTopK | ExactSlidingTopK = algorithm(
             n_units, b_units, k, time_based=time_based
         )
-        self._b_units = int(b_units)  # type: ignore[arg-type]
+        self._b_units = int(b_units)
         self.records = 0  # records counted (with the key, not late)
         self.skipped = 0  # records without the key's fields
         self.late = 0  # time-based: records of an already-closed sub-window, dropped

@@ -388,6 +388,8 @@ class SlidingDistinct:
         if owned:
             df.unpersist()
         sketched = time.perf_counter()
+        # A global aggregate has exactly one row, even over an empty batch.
+        assert seen is not None
         max_us, late_rows = seen["max_us"], int(seen["late"] or 0)
         watermark_ms = previous["watermark_ms"]
         if max_us is not None:
@@ -494,9 +496,8 @@ def build_distinct_batch(cfg: Config, results: Path, checkpoint: Path) -> Slidin
 
 
 def build_distinct_outputs(packets: DataFrame, cfg: Config) -> dict[str, BatchOutput]:
-    """All configured distinct-count queries as one streaming query (it reads Kafka once)."""
+    """All configured distinct-count queries as one streaming query (it reads Kafka once).
+
+    ``packets`` must keep its control rows (as :func:`build_distinct`).
+    """
     return {"distinct": build_distinct(packets, cfg.queries.distinct, watermark_s=cfg.pipeline.watermark_s)}
-
-
-#: ``pipeline.job`` passes this builder the packet stream with its control rows.
-build_distinct_outputs.keeps_control_rows = True  # type: ignore[attr-defined]

@@ -279,9 +279,10 @@ class JoinProcessor(StatefulProcessor):
         started = time.perf_counter()
         query, bucket = key[0], int(key[1])
         spec = self.specs[query]
+        stored = self._state.get() if self._state.exists() else None
         state = (
-            JoinBucket.from_bytes(bytes(self._state.get()[0]), spec, bucket)
-            if self._state.exists()
+            JoinBucket.from_bytes(bytes(stored[0]), spec, bucket)
+            if stored is not None
             else JoinBucket(spec, bucket)
         )
         x_left, x_right = spec.x_left, spec.x_right
@@ -333,8 +334,9 @@ def _from_payload(values: Any, kind: str) -> Any:
     arr = np.asarray(values)
     if kind == "INT":
         return pd.arrays.IntegerArray(arr.astype(np.int32), arr == _NULL_INT)
-    arr = arr.astype(object)
-    return np.where(arr == "", None, arr)
+    arr = arr.astype(object)  # a copy: nulling it in place leaves ``values`` alone
+    arr[arr == ""] = None
+    return arr
 
 
 def _null(kind: str, n: int) -> Any:

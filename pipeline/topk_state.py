@@ -58,11 +58,8 @@ class TopKMergeProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         (query,) = key
         params = self.queries[query]
-        merge = (
-            TopKMerge.from_bytes(bytes(self._state.get()[0]), params)
-            if self._state.exists()
-            else TopKMerge(params)
-        )
+        stored = self._state.get() if self._state.exists() else None
+        merge = TopKMerge.from_bytes(bytes(stored[0]), params) if stored is not None else TopKMerge(params)
         # Every row of each closed sub-window, ranked within it as convention 1 says.
         counts = pd.concat(list(rows), ignore_index=True).sort_values(
             ["sw", "count", "key"], ascending=[True, False, True]
