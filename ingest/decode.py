@@ -20,7 +20,11 @@ Link types (``LINKTYPE_*`` as in pcap/pcapng files):
 
 Frames that give no record are counted by reason: ``non_ip`` (ARP, LLDP, ...), ``truncated``
 (the capture ends before the end of the link or IP header), ``bad_ip_header`` (IP version does not
-match the link layer, IPv4 header length below 20 bytes) and ``unsupported_linktype:N``.
+match the link layer, IPv4 header length below 20 bytes) and ``unsupported_linktype:N``. Before
+any header is read, :func:`impossible_frames` sets aside frames whose capture metadata cannot be
+true (``bad_timestamp``: before 1970 or after :data:`MAX_TS_NS`; ``bad_length``: a negative
+length, an original length above :data:`MAX_WIRE_LEN`, or more bytes captured than were on the
+wire), so no record carries a poisoned event time or byte count.
 
 A record whose transport header (TCP 20 bytes, UDP 8, ICMP/ICMPv6 4) was not captured in full, or
 does not fit inside the IP packet's own length, keeps null transport fields (counted as
@@ -55,6 +59,8 @@ import pyarrow as pa
 from netmon.records import ARROW_SCHEMA
 
 __all__ = [
+    "MAX_TS_NS",
+    "MAX_WIRE_LEN",
     "PAD",
     "SUPPORTED_LINKTYPES",
     "TRANSPORT_FIELDS",
@@ -62,6 +68,7 @@ __all__ = [
     "build_batch",
     "decode_frames",
     "decode_headers",
+    "impossible_frames",
     "projected_schema",
     "sanitize_iface",
 ]
@@ -82,6 +89,13 @@ SUPPORTED_LINKTYPES: dict[int, str] = {
 
 #: Bytes a buffer must extend past the end of its last frame (the decoder reads fixed windows).
 PAD = 128
+
+#: The latest event time a record may carry: 2200-01-01T00:00:00Z, in ns since the epoch. The
+#: earliest is the epoch itself (0). A frame outside is counted as ``bad_timestamp``.
+MAX_TS_NS = 7_258_118_400 * 10**9
+
+#: The largest original length a frame may have: the capture formats' unsigned 32-bit field.
+MAX_WIRE_LEN = 2**32 - 1
 
 #: The fields read from the transport header (``decode_headers(..., transport=False)`` skips them).
 TRANSPORT_FIELDS = (
@@ -287,6 +301,48 @@ def _walk_ipv6(mv: memoryview, p: int, end: int, nh: int) -> tuple[int, int, boo
 
 
 # --------------------------------------------------------------------------------------------
+# capture metadata that cannot be true
+
+
+def impossible_frames(
+    ts_ns: np.ndarray, cap_len: np.ndarray, wire_len: np.ndarray
+) -> tuple[np.ndarray | None, dict[str, int]]:
+    """Frames whose timestamp or lengths cannot be true: ``(mask or None, counts by reason)``.
+
+    ``bad_timestamp``: ``ts_ns`` before the epoch or after :data:`MAX_TS_NS` (a reader marks a
+    time it could not represent, such as an overflowing pcapng ``if_tsresol``/``if_tsoffset``,
+    with -1). ``bad_length``: a negative length, ``wire_len`` above :data:`MAX_WIRE_LEN`, or
+    ``cap_len`` above ``wire_len`` (every supported format says a frame is cut, never grown). A
+    frame with both problems counts as ``bad_timestamp``. The mask is None when every frame is fine.
+
+    >>> mask, counts = impossible_frames(np.array([5, -1, 7, MAX_TS_NS + 1]), np.array([60, 60, 70, 60]),
+    ...                                  np.array([60, 60, 64, 2**32]))
+    >>> mask.tolist(), counts
+    ([False, True, True, True], {'bad_timestamp': 2, 'bad_length': 1})
+    """
+    ts = np.asarray(ts_ns, np.int64)
+    cap = np.asarray(cap_len, np.int64)
+    wire = np.asarray(wire_len, np.int64)
+    bad_ts = (ts < 0) | (ts > MAX_TS_NS)
+    bad_len = ~bad_ts & ((cap < 0) | (wire < 0) | (wire > MAX_WIRE_LEN) | (cap > wire))
+    n_ts, n_len = int(np.count_nonzero(bad_ts)), int(np.count_nonzero(bad_len))
+    if not (n_ts or n_len):
+        return None, {}
+    counts = {name: n for name, n in (("bad_timestamp", n_ts), ("bad_length", n_len)) if n}
+    return bad_ts | bad_len, counts
+
+
+def _as_int64(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``values`` as int64; a Python integer outside int64 becomes -1 (an impossible time or length)."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return np.fromiter(
+            (int(v) if -(2**63) <= int(v) < 2**63 else -1 for v in values), dtype=np.int64, count=len(values)
+        )
+
+
+# --------------------------------------------------------------------------------------------
 # the decoder
 
 
@@ -339,7 +395,8 @@ def decode_headers(
         for lt, idx in groups:
             idx = np.arange(n) if idx is None else idx
             if lt not in SUPPORTED_LINKTYPES:
-                skipped[f"unsupported_linktype:{lt}"] = len(idx)
+                if len(idx):  # no frames, no count (an empty block of an unknown link type)
+                    skipped[f"unsupported_linktype:{lt}"] = len(idx)
                 unsupported[idx] = True
                 continue
             l3[idx], net[idx], vlan[idx] = _link_layer(buf, ds[idx], end[idx], lt)
@@ -644,8 +701,8 @@ def build_batch(
 
     build = {
         "ts": lambda: _from_numpy(np.asarray(ts_ns, dtype=np.int64)[idx], pa.int64()).view(_TS_TYPE),
-        "cap_len": lambda: _from_numpy(np.asarray(cap_len)[idx], pa.int32()),
-        "wire_len": lambda: _from_numpy(np.asarray(wire_len)[idx], pa.int32()),
+        "cap_len": lambda: _from_numpy(np.asarray(cap_len, dtype=np.int64)[idx], pa.int64()),
+        "wire_len": lambda: _from_numpy(np.asarray(wire_len, dtype=np.int64)[idx], pa.int64()),
         "ip_version": lambda: _from_numpy(cols.ip_version, pa.int8()),
         "src_ip": lambda: _ip_text(cols, v4, cols.src4, cols.src6),
         "dst_ip": lambda: _ip_text(cols, v4, cols.dst4, cols.dst6),
@@ -690,12 +747,24 @@ def decode_frames(
     -------
     (pyarrow.RecordBatch, dict)
         The records in frame order, and the frames that are not records by reason (e.g.
-        ``{"non_ip": 3}``; ``unsupported_linktype:N`` for every frame of an unknown link type).
+        ``{"non_ip": 3}``; ``unsupported_linktype:N`` for every frame of an unknown link type;
+        ``bad_timestamp`` / ``bad_length`` for impossible metadata, see :func:`impossible_frames`).
     """
+    if not (len(frames) == len(ts_ns) == len(wire_lens)):
+        raise ValueError(f"{len(frames)} frames, {len(ts_ns)} timestamps, {len(wire_lens)} wire lengths")
+    ts = _as_int64(ts_ns)
+    wire = _as_int64(wire_lens)
     lens = np.fromiter((len(f) for f in frames), dtype=np.int64, count=len(frames))
+    bad, skipped = impossible_frames(ts, lens, wire)
+    if bad is not None:
+        keep = np.flatnonzero(~bad)
+        frames = [frames[i] for i in keep.tolist()]
+        ts, wire, lens = ts[keep], wire[keep], lens[keep]
     starts = np.zeros(len(frames), np.int64)
     np.cumsum(lens[:-1], out=starts[1:])
     buf = np.frombuffer(b"".join(frames) + bytes(PAD), np.uint8)
     cols = decode_headers(buf, starts, lens, linktype)
-    batch = build_batch(cols, np.asarray(ts_ns, np.int64), lens, np.asarray(wire_lens, np.int64), iface)
-    return batch, dict(cols.skipped)
+    batch = build_batch(cols, ts, lens, wire, iface)
+    for reason, count in cols.skipped.items():
+        skipped[reason] = skipped.get(reason, 0) + count
+    return batch, skipped

@@ -29,9 +29,17 @@ from types import TracebackType
 import numpy as np
 import pyarrow as pa
 
-from ingest.decode import TRANSPORT_FIELDS, build_batch, decode_headers, projected_schema
+from ingest.decode import (
+    MAX_TS_NS,
+    TRANSPORT_FIELDS,
+    build_batch,
+    decode_headers,
+    impossible_frames,
+    projected_schema,
+)
 from ingest.errors import CaptureError
 from ingest.readers._source import DEFAULT_CHUNK_BYTES, ChunkSource
+from ingest.readers.frames import FrameBlock
 from ingest.readers.pcap import MAGICS as PCAP_MAGICS
 from ingest.readers.pcap import PcapReader
 from ingest.readers.pcapng import MAGIC as PCAPNG_MAGIC
@@ -79,7 +87,8 @@ def read_records(
     ------
     CaptureError
         The file cannot be opened, or is not a capture (unknown magic), or its header is bad, or
-        (classic pcap) its link type is not supported.
+        (classic pcap) its link type is not supported, or its compressed stream is damaged before
+        anything could be read.
     """
     return CaptureReader(path, batch_size=batch_size, iface=iface, chunk_bytes=chunk_bytes, columns=columns)
 
@@ -90,7 +99,10 @@ class CaptureReader:
 
     Iterate once. :attr:`summary` is updated as the batches come (counts may run one chunk ahead
     of the batches handed out) and is final when iteration ends. A damaged file raises
-    :class:`~ingest.errors.CaptureError` after every batch before the damage was yielded.
+    :class:`~ingest.errors.CaptureError` after every batch before the damage was yielded; a
+    damaged or cut-short compressed stream ends the batches with a warning instead (every packet
+    the codec could decompress before it is read). Packets with an impossible timestamp or
+    lengths are skipped and counted (``bad_timestamp``, ``bad_length``), never yielded.
     """
 
     def __init__(
@@ -123,19 +135,26 @@ class CaptureReader:
     def _open_format(self) -> PcapReader | PcapngReader:
         src = self._src
         magic = bytes(src.buf[: min(src.n, 4)])
-        if magic in PCAP_MAGICS:
-            return PcapReader(src)
-        if magic == PCAPNG_MAGIC:
-            return PcapngReader(src)
+        try:
+            if magic in PCAP_MAGICS:
+                return PcapReader(src)
+            if magic == PCAPNG_MAGIC:
+                return PcapngReader(src)
+        except CaptureError as exc:
+            if src.error:  # the file header is cut by a damaged stream: say so
+                raise CaptureError(f"{exc}; {src.error}") from None
+            raise
+        if src.error and src.n < 4:
+            raise CaptureError(f"{src.error}; nothing readable before it")
         after = f" after {src.compression} decompression" if src.compression else ""
         if src.n == 0:
             raise CaptureError(f"{src.path}: byte 0: empty{after}, not a capture file")
         head = bytes(src.buf[: min(src.n, 8)])
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in head)
         hint = _OTHER_MAGICS.get(magic, "expected a pcap or pcapng magic")
-        raise CaptureError(
-            f"{src.path}: byte 0: not a capture file{after}: starts with {head.hex(' ')} ({text!r}); {hint}"
-        )
+        damage = f"; {src.error}" if src.error else ""
+        found = f"starts with {head.hex(' ')} ({text!r})"
+        raise CaptureError(f"{src.path}: byte 0: not a capture file{after}: {found}; {hint}{damage}")
 
     @property
     def file_size(self) -> int:
@@ -158,6 +177,13 @@ class CaptureReader:
         last_ts: int | None = None
         try:
             for block in self._format.blocks(summary):
+                bad, reasons = impossible_frames(block.ts_ns, block.cap_len, block.wire_len)
+                if bad is not None:
+                    summary.frames += int(np.count_nonzero(bad))
+                    self._note_impossible(block, bad, reasons)
+                    block = block.select(np.flatnonzero(~bad))
+                    if not len(block):
+                        continue
                 cols = decode_headers(
                     block.buf, block.data_start, block.cap_len, block.linktype, transport=self._transport
                 )
@@ -179,6 +205,34 @@ class CaptureReader:
                     yield batch.slice(start, self.batch_size)
         finally:
             self._src.close()
+
+    def _note_impossible(self, block: FrameBlock, bad: np.ndarray, reasons: dict[str, int]) -> None:
+        """Count frames with impossible metadata as skipped; warn once per reason, naming the first."""
+        summary = self.summary
+        first_time = {r for r in reasons if r not in summary.skipped}
+        summary.add_skipped(reasons)
+        for i in np.flatnonzero(bad).tolist():
+            if not first_time:
+                break
+            ts, cap, wire = int(block.ts_ns[i]), int(block.cap_len[i]), int(block.wire_len[i])
+            reason = "bad_timestamp" if ts < 0 or ts > MAX_TS_NS else "bad_length"
+            if reason not in first_time:
+                continue
+            first_time.discard(reason)
+            if reason == "bad_timestamp":
+                what = (
+                    f"an impossible timestamp ({ts} ns since the epoch: after 2200)"
+                    if ts >= 0
+                    else "an impossible timestamp (before 1970, after 2200, or beyond what its interface's "
+                    "if_tsresol/if_tsoffset can represent)"
+                )
+            else:
+                what = f"impossible lengths (captured {cap}, original {wire})"
+            where = self._src.where(int(block.data_start[i]) - block.header)
+            summary.warnings.append(
+                f"{self.path}: {where}: packet with {what}; skipped, and every such packet is counted "
+                f"as {reason}"
+            )
 
     def close(self) -> None:
         """Close the file (iteration closes it at its end)."""

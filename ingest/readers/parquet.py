@@ -1,26 +1,36 @@
-"""Captures to one Parquet file of header records, with a summary (what ``netmon parse`` runs).
+"""Captures to one Parquet file of header records, with a summary (what ``netmon parse`` runs), and back.
 
 Batches stream from :func:`ingest.readers.read_records` into a ``pyarrow.parquet.ParquetWriter``
 one at a time, so memory stays bounded whatever the capture size. Along the way the report
 counts records per IP protocol, distinct sources and the top sources (exact counts).
+:func:`read_parquet_records` reads such a file back with today's record types, whichever netmon
+version wrote it (``cap_len``/``wire_len`` were int32 before they became int64).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.decode import impossible_frames
+from ingest.errors import CaptureError
 from ingest.readers import read_records
-from netmon.records import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA, conform
 
-__all__ = ["PROTOCOL_NAMES", "ParseReport", "parse_to_parquet"]
+__all__ = ["PROTOCOL_NAMES", "ParseReport", "parse_to_parquet", "read_parquet_records"]
+
+log = logging.getLogger(__name__)
 
 #: IP protocol numbers shown by name in the report (others as their number)
 PROTOCOL_NAMES = {
@@ -110,7 +120,7 @@ def parse_to_parquet(
     report = ParseReport(out=str(out))
     protocols: Counter[int] = Counter()
     sources: Counter[str] = Counter()
-    with pq.ParquetWriter(str(out), ARROW_SCHEMA) as writer:
+    with pq.ParquetWriter(str(out), ARROW_SCHEMA, write_page_checksum=True) as writer:
         for path in paths:
             reader = read_records(path, batch_size=batch_size, iface=iface)
             for batch in reader:
@@ -141,3 +151,59 @@ def parse_to_parquet(
 def _value_counts(batch: Any, column: str) -> list[tuple[Any, int]]:
     counted = pc.value_counts(batch.column(column))
     return list(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
+
+
+#: record columns that were int32 in files written before they became int64; those files hold
+#: each unsigned 32-bit value v >= 2**31 as v - 2**32, which a cast back through uint32 restores
+_WIDENED = ("cap_len", "wire_len")
+
+
+def read_parquet_records(path: str | os.PathLike[str], *, columns: Sequence[str] | None = None) -> pa.Table:
+    """The records of a Parquet file written by :func:`parse_to_parquet` (``netmon parse``).
+
+    The columns have the types of :data:`netmon.records.ARROW_SCHEMA` whichever version wrote the
+    file: older files' int32 ``cap_len``/``wire_len`` are read as the unsigned 32-bit lengths
+    they were (an original length of 0xFFFFFFFF was stored as -1) and cast to int64. Records
+    whose timestamp or lengths cannot be true (an older reader let them through: see
+    :func:`ingest.decode.impossible_frames`) are dropped, with a logged warning counting them.
+    Page checksums (written since lengths became int64) are verified.
+
+    Parameters
+    ----------
+    columns : sequence of str, optional
+        Only these record columns, in this order (default: all of them).
+
+    Raises
+    ------
+    CaptureError
+        The file cannot be read as Parquet (damaged: a checksum, a length or a structure does not
+        hold), or does not hold the record columns asked for: a one-line message naming the file.
+    """
+    names = list(ARROW_SCHEMA.names if columns is None else columns)
+    checked = [c for c in ("ts", "cap_len", "wire_len") if c not in names]
+    try:
+        table = pq.read_table(str(path), columns=names + checked, page_checksum_verification=True)
+    except FileNotFoundError:
+        raise CaptureError(f"{path}: cannot open: No such file or directory") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureError(f"{path}: not a readable Parquet file of records: {first}") from None
+    try:
+        for name in _WIDENED:
+            if table.schema.field(name).type == pa.int32():
+                wide = table.column(name).cast(pa.uint32(), safe=False).cast(pa.int64())
+                table = table.set_column(table.schema.get_field_index(name), name, wide)
+        table = conform(table)
+    except (KeyError, ValueError) as exc:
+        raise CaptureError(f"{path}: {exc}") from None
+    bad, _ = impossible_frames(
+        pc.fill_null(table.column("ts").cast(pa.int64()), 0).to_numpy(),
+        pc.fill_null(table.column("cap_len"), 0).to_numpy(),
+        pc.fill_null(table.column("wire_len"), 0).to_numpy(),
+    )
+    if bad is not None:
+        log.warning(
+            "%s: %d records with an impossible timestamp or lengths dropped", path, int(np.count_nonzero(bad))
+        )
+        table = table.filter(pa.array(~bad))
+    return table.select(names)

@@ -141,6 +141,7 @@ class PcapReader:
             ts_ns=ts,
             linktype=self.linktype,
             iface="0",
+            header=16,
         )
 
     def _damaged(self, off: int, cap_len: int, summary: ReadSummary) -> CaptureError:

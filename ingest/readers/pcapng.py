@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ingest.decode import SUPPORTED_LINKTYPES
+from ingest.decode import MAX_TS_NS, SUPPORTED_LINKTYPES
 from ingest.errors import CaptureError
 from ingest.readers._source import ChunkSource
 from ingest.readers.frames import FrameBlock
@@ -44,27 +44,55 @@ class _Interface:
     ts_exp: int = 6
     ts_offset_s: int = 0
 
+    def tick_range(self) -> tuple[int, int]:
+        """The timestamps (in ticks) that fall in 1970-01-01 .. :data:`~ingest.decode.MAX_TS_NS`.
+
+        Nanoseconds are ``floor(ticks * 1e9 / base**exp) + offset * 1e9``, which only grows with
+        ``ticks``, so the valid ticks are one interval; computed with Python integers (exact
+        for any resolution and offset). ``lo > hi`` when no tick is valid.
+        """
+        scale = self.ts_base**self.ts_exp
+        offset_ns = self.ts_offset_s * 1_000_000_000
+        low, high = -offset_ns, MAX_TS_NS - offset_ns  # allowed values of floor(ticks * 1e9 / scale)
+        lo = max(0, -((-low * scale) // 1_000_000_000))  # smallest ticks with floor(...) >= low
+        hi = min(2**64 - 1, -((-(high + 1) * scale) // 1_000_000_000) - 1)  # largest with floor(...) <= high
+        return lo, hi
+
     def to_ns(self, ticks: np.ndarray) -> np.ndarray:
-        """Timestamps in this interface's units (``uint64``) to nanoseconds since the epoch."""
+        """Timestamps in this interface's units (``uint64``) to nanoseconds since the epoch (int64).
+
+        Exact: ``floor(ticks * 1e9 / base**exp) + offset * 1e9``. A time before the epoch or after
+        :data:`~ingest.decode.MAX_TS_NS` (an impossible ``if_tsresol``/``if_tsoffset``, or a
+        damaged timestamp; the 64-bit arithmetic would wrap) is -1.
+        """
+        ticks = np.asarray(ticks, np.uint64)
+        lo, hi = self.tick_range()
+        if lo > hi:
+            return np.full(len(ticks), -1, np.int64)
+        ok = (ticks >= np.uint64(lo)) & (ticks <= np.uint64(hi))
+        # Arithmetic modulo 2**64 (uint64 wraps) gives the exact result wherever it is in range:
+        # only additions and multiplications may wrap; the divisions and shifts work on exact values.
         k = self.ts_exp
+        giga = np.uint64(1_000_000_000)
         if self.ts_base == 10:
             if k <= 9:
-                ns = ticks.astype(np.int64) * 10 ** (9 - k)
+                raw = ticks * np.uint64(10 ** (9 - k))
             elif k - 9 < 20:
-                ns = (ticks // np.uint64(10 ** (k - 9))).astype(np.int64)
+                raw = ticks // np.uint64(10 ** (k - 9))
             else:  # a unit far below a nanosecond: every 64-bit count is under one
-                ns = np.zeros(len(ticks), np.int64)
-        else:
-            whole = ticks >> np.uint64(k) if k < 64 else np.zeros_like(ticks)
-            frac = ticks & np.uint64((1 << k) - 1) if k < 64 else ticks
-            shift = k
-            if k > 33:  # keep frac * 1e9 within 64 bits; the dropped bits are below a nanosecond
-                frac = frac >> np.uint64(k - 33) if k - 33 < 64 else np.zeros_like(ticks)
-                shift = 33
-            ns = whole.astype(np.int64) * 1_000_000_000
-            ns += ((frac * np.uint64(1_000_000_000)) >> np.uint64(shift)).astype(np.int64)
+                raw = np.zeros(len(ticks), np.uint64)
+        elif k < 32:
+            whole = ticks >> np.uint64(k)
+            frac = ticks & np.uint64((1 << k) - 1)  # < 2**31: frac * 1e9 fits
+            raw = whole * giga + ((frac * giga) >> np.uint64(k))
+        else:  # ticks * 1e9 = x * 2**32 + (under 2**32), so floor(ticks * 1e9 / 2**k) = x >> (k - 32)
+            x = (ticks >> np.uint64(32)) * giga + (((ticks & np.uint64(0xFFFFFFFF)) * giga) >> np.uint64(32))
+            raw = x >> np.uint64(k - 32) if k - 32 < 64 else np.zeros(len(ticks), np.uint64)
         if self.ts_offset_s:
-            ns += np.int64(self.ts_offset_s) * 1_000_000_000
+            raw = raw + np.uint64((self.ts_offset_s * 1_000_000_000) % 2**64)
+        ns = raw.view(np.int64)
+        if not ok.all():
+            ns = np.where(ok, ns, -1)
         return ns
 
 
@@ -333,7 +361,9 @@ class PcapngReader:
                 for i in used.tolist():
                     sel = ifid == i
                     ts[sel] = ifaces[i].to_ns(ticks[sel])
-            self.last_ts = int(ts[-1])
+            valid = np.flatnonzero(ts >= 0)
+            if valid.size:  # a Simple Packet Block takes the last timestamp that was possible
+                self.last_ts = int(ts[valid[-1]])
         if len(used) == 1:
             one = ifaces[int(used[0])]
             linktype: int | np.ndarray = one.linktype
@@ -342,7 +372,14 @@ class PcapngReader:
             linktype = np.array([f.linktype for f in ifaces], np.int64)[ifid]
             iface = ([f.name for f in ifaces], ifid)
         yield FrameBlock(
-            buf=buf, data_start=data, cap_len=cap, wire_len=wire, ts_ns=ts, linktype=linktype, iface=iface
+            buf=buf,
+            data_start=data,
+            cap_len=cap,
+            wire_len=wire,
+            ts_ns=ts,
+            linktype=linktype,
+            iface=iface,
+            header=12 if run.kind == SPB else 28,
         )
 
     # ---------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ class ReadSummary:
     #: frames that became records
     records: int = 0
     #: frames that did not, by reason: ``non_ip``, ``truncated``, ``bad_ip_header``,
-    #: ``unsupported_linktype:N``, ``unknown_interface``
+    #: ``unsupported_linktype:N``, ``unknown_interface``, and (impossible capture metadata, see
+    #: :func:`ingest.decode.impossible_frames`) ``bad_timestamp``, ``bad_length``
     skipped: dict[str, int] = field(default_factory=dict)
     #: records that are non-first IPv4/IPv6 fragments (ports and TCP fields null)
     non_first_fragments: int = 0
@@ -35,7 +36,8 @@ class ReadSummary:
     l4_truncated: int = 0
     #: records whose timestamp is earlier than the previous record's (kept as they are)
     ts_backwards: int = 0
-    #: one line each: truncated last record, skipped corrupt pcapng blocks, ...
+    #: one line each: truncated last record, skipped corrupt pcapng blocks, a damaged compressed
+    #: stream, the first packet with an impossible timestamp / lengths, ...
     warnings: list[str] = field(default_factory=list)
     #: bytes of capture data read (after decompression)
     bytes_read: int = 0

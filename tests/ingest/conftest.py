@@ -313,3 +313,63 @@ def ng_section(
 def ethernet_pcap(tmp_path: Path) -> Path:
     """A Scapy-written µs pcap of :func:`ethernet_packets`."""
     return write_pcap(tmp_path / "ethernet.pcap", ethernet_packets())
+
+
+# -- compressed streams: the brute-force oracle of what survives damage --------------------------
+
+
+def _decompressor(codec: str) -> Any:
+    import bz2
+    import lzma
+    import zlib
+
+    if codec == "gzip":
+        return zlib.decompressobj(wbits=31)
+    if codec == "bz2":
+        return bz2.BZ2Decompressor()
+    return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+
+
+def salvage(data: bytes, codec: str) -> tuple[bytes, int | None]:
+    """What a stream decompressor fed one byte at a time gives before it reports damage.
+
+    After each byte the decompressor is called without input until it gives nothing (bz2 may
+    hold output, or bits it has not looked at, until called again). Returns the decompressed
+    bytes and the file offset of the byte at which the decompressor reported damage
+    (``len(data)`` when the file ends inside a member; None when whole). Members/streams follow
+    each other, with zero bytes between them skipped.
+    """
+    import lzma
+    import zlib
+
+    out = bytearray()
+    pos = 0
+    while pos < len(data):
+        dec = _decompressor(codec)
+        while not dec.eof:
+            if pos == len(data):
+                return bytes(out), len(data)
+            try:
+                more = dec.decompress(data[pos : pos + 1])
+                while more:
+                    out += more
+                    more = b"" if dec.eof else dec.decompress(b"")
+            except (OSError, EOFError, zlib.error, lzma.LZMAError):
+                return bytes(out), pos
+            pos += 1
+        pos -= len(dec.unused_data)
+        while pos < len(data) and data[pos] == 0:
+            pos += 1
+    return bytes(out), None
+
+
+def intact_prefix(damaged: bytes, original: bytes) -> int:
+    """Length of the longest common prefix of two byte strings."""
+    n = min(len(damaged), len(original))
+    step = 4096
+    i = 0
+    while i < n and damaged[i : i + step] == original[i : i + step]:
+        i += step
+    while i < n and damaged[i] == original[i]:
+        i += 1
+    return min(i, n)

@@ -16,7 +16,15 @@ from scapy.layers.ipsec import AH
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether, Loopback
 
 from ingest import decode_frames
-from ingest.decode import SUPPORTED_LINKTYPES, _ipv4_strings, _IPv4Text, decode_headers, sanitize_iface
+from ingest.decode import (
+    MAX_TS_NS,
+    SUPPORTED_LINKTYPES,
+    _ipv4_strings,
+    _IPv4Text,
+    decode_headers,
+    impossible_frames,
+    sanitize_iface,
+)
 from netmon.records import ARROW_SCHEMA
 from tests.ingest.conftest import (
     assert_records_equal,
@@ -254,6 +262,66 @@ def test_unsupported_and_mixed_link_types() -> None:
 def test_empty_input_and_iface() -> None:
     ours, skipped = decode([])
     assert ours == [] and skipped == {}
+    ours, skipped = decode([], linktype=239)  # no frames: no count, not a count of 0
+    assert ours == [] and skipped == {}
     ours, _ = decode([bytes(ethernet_packets()[0])], iface="br0,\r\nx")
     assert ours[0]["iface"] == "br0___x"
     assert sanitize_iface("eth0") == "eth0"
+
+
+def test_impossible_timestamps_and_lengths_are_skipped_and_counted() -> None:
+    """Live frames with metadata that cannot be true are counted, never records, never fatal."""
+    frame = bytes(ethernet_packets()[0])  # 54 bytes, a TCP SYN
+    n = len(frame)
+    cases = [  # (ts, wire_len, expected: a record's wire_len, or the skip reason)
+        (TS, n, n),
+        (TS, 0xFFFFFFFF, 0xFFFFFFFF),  # was -1 after an int32 cast
+        (0, n, n),  # the epoch itself is possible
+        (MAX_TS_NS, n, n),
+        (-1, n, "bad_timestamp"),
+        (MAX_TS_NS + 1, n, "bad_timestamp"),
+        (2**63, n, "bad_timestamp"),  # beyond int64: OverflowError before
+        (-(2**70), n, "bad_timestamp"),
+        (TS, n - 1, "bad_length"),  # more bytes captured than were on the wire
+        (TS, -5, "bad_length"),
+        (TS, 2**32, "bad_length"),
+        (TS, 2**64, "bad_length"),
+        (-1, -1, "bad_timestamp"),  # both: counted once, as bad_timestamp
+    ]
+    batch, skipped = decode_frames([frame] * len(cases), [c[0] for c in cases], [c[1] for c in cases], 1)
+    assert batch.schema.equals(ARROW_SCHEMA)
+    kept = [c for c in cases if not isinstance(c[2], str)]
+    assert batch.column("wire_len").to_pylist() == [c[2] for c in kept]
+    assert batch.column("ts").cast("int64").to_pylist() == [c[0] for c in kept]
+    assert batch.column("cap_len").to_pylist() == [n] * len(kept)
+    reasons = [c[2] for c in cases if isinstance(c[2], str)]
+    assert skipped == {r: reasons.count(r) for r in set(reasons)}
+    with pytest.raises(ValueError, match="3 frames, 2 timestamps"):
+        decode_frames([frame] * 3, [TS] * 2, [n] * 3, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-(2**64), 2**64), st.integers(-(2**33), 2**33), st.integers(0, 80)),
+        max_size=12,
+    )
+)
+def test_impossible_frames_equals_brute_force(rows: list[tuple[int, int, int]]) -> None:
+    """impossible_frames against the rules written out one frame at a time."""
+    ts = np.array([min(max(t, -(2**63)), 2**63 - 1) for t, _, _ in rows], np.int64)
+    wire = np.array([w for _, w, _ in rows], np.int64)
+    cap = np.array([c for _, _, c in rows], np.int64)
+    mask, counts = impossible_frames(ts, cap, wire)
+    want = []
+    for t, w, c in zip(ts.tolist(), wire.tolist(), cap.tolist(), strict=True):
+        if not 0 <= t <= MAX_TS_NS:
+            want.append("bad_timestamp")
+        elif w < 0 or c < 0 or w > 2**32 - 1 or c > w:
+            want.append("bad_length")
+        else:
+            want.append(None)
+    assert (mask is None) == all(r is None for r in want)
+    if mask is not None:
+        assert mask.tolist() == [r is not None for r in want]
+    assert counts == {r: want.count(r) for r in ("bad_timestamp", "bad_length") if want.count(r)}

@@ -12,21 +12,28 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Loopback, LoopbackOpenBSD
 
 from ingest import CaptureError, ReadSummary, read_records
+from ingest.decode import MAX_TS_NS
 from netmon.records import ARROW_SCHEMA
 from tests.ingest.conftest import (
     assert_records_equal,
     ethernet_packets,
+    intact_prefix,
     ip_payloads,
     netmon_records,
     ng_block,
     ng_section,
     pcap_bytes,
+    salvage,
     scapy_file_records,
     timed,
     write_pcap,
@@ -555,22 +562,323 @@ def test_pcapng_timestamp_resolutions(tmp_path: Path, tsresol: int, ticks: int) 
     assert row["ts"] == ticks * 10**9 // base**exp
 
 
+# -- impossible timestamps and lengths -----------------------------------------------------------
+
+
+def _exact_ns(tsresol: int, offset_s: int, ticks: int) -> int:
+    """pcapng time in ns, with Python integers: floor(ticks * 1e9 * resolution) + offset."""
+    base, exp = (2, tsresol & 0x7F) if tsresol & 0x80 else (10, tsresol)
+    return ticks * 10**9 // base**exp + offset_s * 10**9
+
+
+def test_pcapng_overflowing_tsoffset_and_tsresol_are_skipped_not_wrapped(tmp_path: Path) -> None:
+    """The faults' examples: 64-bit wrap-around gave years 2242 and 1711; now those packets are
+    skipped and counted, and the packets around them are kept."""
+    frame = _frames()[0]
+    year_2023_us = 1_700_000_000_000_000
+    interfaces = [
+        {"linktype": 1, "name": "good"},
+        {"linktype": 1, "name": "offset", "tsoffset": 2**62 // 10**9 * 2},  # ticks * 1000 + 9.2e18 wraps
+        {"linktype": 1, "name": "resol", "tsresol": 0},  # seconds: 1.7e15 s * 1e9 wraps
+        {"linktype": 1, "name": "early", "tsoffset": -1_800_000_000},  # 1969
+        {"linktype": 1, "name": "late", "tsresol": 3},  # 2^53 ms: year 287,000
+    ]
+    packets = [("epb", i, year_2023_us + i, frame, 60) for i in (0, 1, 0, 2, 3, 0)] + [
+        ("epb", 4, 2**53, frame, 60),
+        ("epb", 0, year_2023_us + 9, frame, 60),
+    ]
+    path = _write(tmp_path / "wrap.pcapng", ng_section("<", interfaces, packets))
+    ours, summary = read_all(path)
+    assert [(r["iface"], r["ts"]) for r in ours] == [
+        ("good", 1_700_000_000_000_000_000),
+        ("good", 1_700_000_000_000_000_000),
+        ("good", 1_700_000_000_000_000_000),
+        ("good", 1_700_000_000_000_009_000),
+    ]
+    assert summary.skipped == {"bad_timestamp": 4}
+    assert summary.frames == 8 and summary.records == 4
+    [warning] = summary.warnings
+    second_epb = len(ng_section("<", interfaces, packets[:1]))
+    assert warning.startswith(f"{path}: byte {second_epb}: packet with an impossible timestamp")
+    assert "counted as bad_timestamp" in warning
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tsresol=st.integers(0, 255),
+    offset_s=st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(10**10), 10**10)),
+    ticks=st.lists(
+        st.one_of(
+            st.integers(0, 2**64 - 1),
+            st.integers(0, 2**40),
+            st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**64 - 1, 1_700_000_000_000_000]),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_pcapng_timestamps_exact_or_skipped(
+    tmp_path: Path, tsresol: int, offset_s: int, ticks: list[int]
+) -> None:
+    """Any resolution, offset and 64-bit count: the exact time if it lies in 1970..2200, else the
+    packet is skipped as bad_timestamp (oracle: Python integers)."""
+    frame = _frames()[0]
+    interfaces = [{"linktype": 1, "tsresol": tsresol, "tsoffset": offset_s}]
+    path = _write(
+        tmp_path / "t.pcapng", ng_section("<", interfaces, [("epb", 0, t, frame, 60) for t in ticks])
+    )
+    exact = [_exact_ns(tsresol, offset_s, t) for t in ticks]
+    valid = [ns for ns in exact if 0 <= ns <= MAX_TS_NS]
+    ours, summary = read_all(path)
+    assert [r["ts"] for r in ours] == valid
+    assert summary.skipped.get("bad_timestamp", 0) == len(exact) - len(valid)
+    assert summary.frames == len(ticks)
+
+
+def test_spb_takes_the_last_possible_timestamp(tmp_path: Path) -> None:
+    frame = _frames()[0]
+    interfaces = [{"linktype": 1}, {"linktype": 1, "tsoffset": 2**60}]
+    packets = [("epb", 0, 5_000_000, frame, 60), ("epb", 1, 1, frame, 60), ("spb", frame, 60)]
+    ours, summary = read_all(_write(tmp_path / "s.pcapng", ng_section("<", interfaces, packets)))
+    assert [r["ts"] for r in ours] == [5 * 10**9, 5 * 10**9]
+    assert summary.skipped == {"bad_timestamp": 1}
+
+
+def test_impossible_lengths_are_skipped_and_counted(tmp_path: Path) -> None:
+    """An original length of 0xFFFFFFFF is kept as it is (it used to become -1 in an int32); a
+    captured length above the original one is impossible: skipped as bad_length."""
+    frame = _frames()[0]  # 54 bytes
+    heads = [(54, 0xFFFFFFFF), (54, 53), (54, 54), (54, 0), (54, 0x80000000)]
+    data = bytearray(pcap_bytes([frame] * len(heads)))
+    offsets = [24 + i * (16 + len(frame)) for i in range(len(heads))]
+    for off, (cap, wire) in zip(offsets, heads, strict=True):
+        struct.pack_into("<II", data, off + 8, cap, wire)
+    path = _write(tmp_path / "len.pcap", bytes(data))
+    ours, summary = read_all(path)
+    assert [(r["cap_len"], r["wire_len"]) for r in ours] == [(54, 0xFFFFFFFF), (54, 54), (54, 0x80000000)]
+    assert summary.skipped == {"bad_length": 2}
+    assert summary.frames == 5 and summary.records == 3
+    [warning] = summary.warnings
+    assert warning.startswith(
+        f"{path}: byte {offsets[1]}: packet with impossible lengths (captured 54, original 53)"
+    )
+    # pcapng: the same rules
+    packets = [("epb", 0, i, frame, wire) for i, (_, wire) in enumerate(heads)]
+    ng = _write(tmp_path / "len.pcapng", ng_section("<", [{"linktype": 1}], packets))
+    ours_ng, summary_ng = read_all(ng)
+    assert [(r["cap_len"], r["wire_len"]) for r in ours_ng] == [(54, 0xFFFFFFFF), (54, 54), (54, 0x80000000)]
+    assert summary_ng.skipped == {"bad_length": 2}
+    # the byte counts of what is kept are exact (no negative length)
+    table = pa.Table.from_batches(list(read_records(path)))
+    assert table.schema.field("wire_len").type == pa.int64()
+    assert pc.sum(table.column("wire_len")).as_py() == 0xFFFFFFFF + 54 + 0x80000000
+
+
+# -- Parquet --------------------------------------------------------------------------------------
+
+
+def test_parquet_round_trip_and_old_int32_files_are_cast_on_read(tmp_path: Path, ethernet_pcap: Path) -> None:
+    from ingest.readers.parquet import parse_to_parquet, read_parquet_records
+
+    out = tmp_path / "new.parquet"
+    parse_to_parquet([ethernet_pcap], out)
+    want = pa.Table.from_batches(list(read_records(ethernet_pcap)), schema=ARROW_SCHEMA)
+    assert pq.read_schema(out).field("wire_len").type == pa.int64()
+    assert read_parquet_records(out).equals(want)
+    # A file written before the lengths became int64 (netmon parse wrote int32 lengths).
+    old_schema = pa.schema(
+        [f.with_type(pa.int32()) if f.name in ("cap_len", "wire_len") else f for f in ARROW_SCHEMA]
+    )
+    old = tmp_path / "old.parquet"
+    pq.write_table(want.cast(old_schema), old)
+    assert pq.read_schema(old).field("cap_len").type == pa.int32()
+    back = read_parquet_records(old)
+    assert back.schema.equals(ARROW_SCHEMA) and back.equals(want)
+    assert read_parquet_records(old, columns=["wire_len", "src_ip"]).equals(
+        want.select(["wire_len", "src_ip"])
+    )
+    # What the int32 era wrote for an original length of 0xFFFFFFFF (-1), and a wrapped time (1711):
+    # the length is the unsigned value it was; the record with the impossible time is dropped.
+    rows = want.slice(0, 3).to_pylist()
+    rows[0]["wire_len"] = -1
+    rows[1]["wire_len"] = -(2**31)
+    rows[2]["ts"] = -8_200_000_000 * 10**9
+    pq.write_table(pa.Table.from_pylist(rows, schema=old_schema), old)
+    got = read_parquet_records(old)
+    assert got.column("wire_len").to_pylist() == [2**32 - 1, 2**31]
+    assert got.column("ts").to_pylist() == want.column("ts").to_pylist()[:2]
+    bad = _write(tmp_path / "bad.parquet", b"PAR1 not really")
+    with pytest.raises(CaptureError) as err:
+        read_parquet_records(bad)
+    assert one_line(err).startswith(f"{bad}: not a readable Parquet file of records")
+    with pytest.raises(CaptureError, match="cannot open"):
+        read_parquet_records(tmp_path / "missing.parquet")
+
+
 def test_truncated_gzip_keeps_what_was_decompressed(tmp_path: Path) -> None:
     noise = random.Random(5)
     frames = [f + noise.randbytes(300) for f in _frames() * 40]  # trailers: incompressible
     data = pcap_bytes(frames)
-    path = _write(tmp_path / "cut.pcap.gz", gzip.compress(data)[:-200])
+    packed = gzip.compress(data)[:-200]
+    path = _write(tmp_path / "cut.pcap.gz", packed)
     ours, summary = read_all(path)
     assert 0 < summary.frames < len(frames)
     full, _ = read_all(_write(tmp_path / "full.pcap", data))
     assert ours == full[: len(ours)]
-    assert any("gzip stream damaged" in w for w in summary.warnings)
+    plain, _ = salvage(packed, "gzip")
+    assert summary.frames == _complete_frames(frames, len(plain))  # every complete frame decompressed
+    assert any(
+        f"byte {len(packed)} of the file" in w and "gzip stream damaged" in w for w in summary.warnings
+    )
 
 
-def test_random_damage_never_crashes(tmp_path: Path) -> None:
-    """Random byte damage and cuts: records and a consistent summary, or a one-line CaptureError."""
+# -- damaged compressed streams -----------------------------------------------------------------
+
+#: bz2 at level 1 (100 kB blocks) so that a damaged block leaves whole blocks before it
+_COMPRESS = {
+    "gzip": gzip.compress,
+    "bz2": lambda data: bz2.compress(data, 1),
+    "xz": lzma.compress,
+}
+
+
+def _noisy_frames(count: int, seed: int) -> list[bytes]:
+    """Frames with random trailers (after the IP packet: ignored), so compressed bytes map to
+    decompressed ones roughly one to one."""
+    rng = random.Random(seed)
+    base = _frames()
+    return [base[i % len(base)] + rng.randbytes(rng.randint(20, 140)) for i in range(count)]
+
+
+def _complete_frames(frames: list[bytes], length: int, header: int = 24) -> int:
+    """How many of the pcap's records (16-byte header + frame) end within its first ``length`` bytes."""
+    end, count = header, 0
+    for frame in frames:
+        end += 16 + len(frame)
+        if end > length:
+            break
+        count += 1
+    return count
+
+
+def read_until_error(path: Path, **kwargs: object) -> tuple[list[dict], ReadSummary, CaptureError | None]:
+    """The records read before the reader stopped, its summary, and its CaptureError if any."""
+    reader = read_records(path, **kwargs)
+    batches = []
+    error = None
+    try:
+        for batch in reader:
+            assert batch.schema.equals(ARROW_SCHEMA, check_metadata=True)
+            batches.append(batch)
+    except CaptureError as exc:
+        error = exc
+    return netmon_records(batches), reader.summary, error
+
+
+@pytest.mark.parametrize("codec", list(_COMPRESS))
+@pytest.mark.parametrize("damage", ["smash", "flip", "cut", "trailing"])
+def test_damaged_compressed_stream_keeps_every_record_before_the_damage(
+    tmp_path: Path, codec: str, damage: str
+) -> None:
+    """Every record the codec can decompress before the damage is read, then a warning names the
+    offset (brute-force oracle: the codec fed one byte at a time; the records of the undamaged file)."""
+    frames = _noisy_frames(1500, seed=7)
+    data = pcap_bytes(frames)
+    packed = bytearray(_COMPRESS[codec](data))
+    at = len(packed) * 3 // 5
+    if damage == "smash":
+        packed[at : at + 48] = bytes(range(48))
+    elif damage == "flip":
+        packed[at] ^= 0x20
+    elif damage == "cut":
+        del packed[at:]
+    else:
+        packed += b"\x07 trailing junk"
+    path = _write(tmp_path / "damaged.bin", bytes(packed))
+    plain, fail_at = salvage(bytes(packed), codec)
+    assert fail_at is not None  # the codec does notice
+    keep = _complete_frames(frames, intact_prefix(plain, data))
+    assert keep > 500
+    want, _ = read_all(_write(tmp_path / "head.pcap", pcap_bytes(frames[:keep])))
+    for chunk in (4096, 1 << 20):
+        ours, summary, error = read_until_error(path, chunk_bytes=chunk)
+        assert ours[: len(want)] == want
+        assert summary.compression == codec
+        if error is None:
+            assert summary.frames == summary.records + sum(summary.skipped.values())
+            assert any(
+                f"damaged.bin: byte {fail_at} of the file (byte " in w and f"{codec} stream damaged" in w
+                for w in summary.warnings
+            ), summary.warnings
+        else:  # garbage decompressed after the damage can look like a damaged record header
+            assert "\n" not in str(error) and "damaged.bin: byte " in str(error)
+
+
+@pytest.mark.parametrize("codec", list(_COMPRESS))
+def test_compressed_stream_damaged_before_any_capture_data_is_one_line_error(
+    tmp_path: Path, codec: str
+) -> None:
+    packed = bytearray(_COMPRESS[codec](pcap_bytes(_frames())))
+    packed[7 if codec == "xz" else 3] ^= 0xFF  # inside the gzip / bz2 / xz header, past its magic
+    path = _write(tmp_path / "bad.bin", bytes(packed))
+    plain, fail_at = salvage(bytes(packed), codec)
+    assert plain == b"" and fail_at is not None
+    with pytest.raises(CaptureError) as err:
+        read_records(path)
+    message = one_line(err)
+    assert (
+        f"bad.bin: byte {fail_at} of the file (byte 0 of the {codec} data): {codec} stream damaged" in message
+    )
+    assert "nothing readable before it" in message
+
+
+def test_compressed_concatenated_members_and_zero_padding(tmp_path: Path) -> None:
+    frames = _noisy_frames(300, seed=3)
+    data = pcap_bytes(frames)
+    want, _ = read_all(_write(tmp_path / "plain.pcap", data))
+    for codec, pack in _COMPRESS.items():
+        parts = [pack(data[:1000]), pack(data[1000:20000]), pack(data[20000:])]
+        path = _write(tmp_path / f"multi.{codec}", parts[0] + b"\0" * 8 + parts[1] + parts[2] + b"\0" * 4)
+        for chunk in (64, 4096):
+            ours, summary = read_all(path, chunk_bytes=chunk)
+            assert ours == want and summary.warnings == []
+            assert summary.bytes_read == len(data)
+
+
+def test_decompressor_small_pieces_equal_brute_force(tmp_path: Path) -> None:
+    """The decompressed bytes do not depend on the piece sizes, damaged or not, and are never
+    fewer than the brute-force oracle's (a codec may hand out a damaged block before its check)."""
+    from ingest.readers._source import Decompressor
+
+    rng = random.Random(21)
+    data = pcap_bytes(_noisy_frames(200, seed=9))
+    for codec, pack in _COMPRESS.items():
+        packed = bytearray(pack(data))
+        for trial in range(6):
+            damaged = bytearray(packed)
+            if trial:
+                i = rng.randrange(len(damaged))
+                damaged[i : i + 3] = rng.randbytes(3)
+            path = _write(tmp_path / f"d.{codec}", bytes(damaged))
+            plain, fail_at = salvage(bytes(damaged), codec)
+            for in_piece, out_piece in ((1, 64), (7, 100), (4096, 333), (1 << 16, 1 << 18)):
+                with path.open("rb", buffering=0) as raw:
+                    dec = Decompressor(raw, codec, str(path), in_piece=in_piece, out_piece=out_piece)
+                    got = b"".join(dec.pieces())
+                assert got[: len(plain)] == plain and len(got) >= len(plain)
+                assert (dec.error is None) == (fail_at is None)
+                if fail_at is not None:
+                    assert dec.error is not None and f"byte {fail_at} of the file" in dec.error
+
+
+@pytest.mark.parametrize("codec", [None, *_COMPRESS])
+def test_random_damage_never_crashes(tmp_path: Path, codec: str | None) -> None:
+    """Random byte damage and cuts (of the compressed bytes, if compressed): records and a
+    consistent summary, or a one-line CaptureError."""
     rng = random.Random(11)
     bases = [pcap_bytes(_frames() * 2), _section_one("<") + _section_two(">")]
+    if codec is not None:
+        bases = [_COMPRESS[codec](b) for b in bases]
     for _ in range(100):
         data = bytearray(rng.choice(bases))
         for _ in range(rng.randint(1, 5)):
@@ -590,6 +898,7 @@ def test_random_damage_never_crashes(tmp_path: Path) -> None:
         summary = reader.summary
         assert rows == summary.records
         assert summary.frames == summary.records + sum(summary.skipped.values())
+        assert summary.compression == codec
 
 
 def test_package_exports() -> None:

@@ -125,6 +125,39 @@ def _one_row(**values: object) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(row, schema=ARROW_SCHEMA)
 
 
+def test_doc_field_table_matches_the_record_schema() -> None:
+    """docs/wire-format.md's record table names every column, in order, with its Arrow type."""
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (\w+) \|", DOC.read_text(), re.M)
+    assert [int(n) for n, _, _ in rows] == list(range(1, len(RECORD_COLUMNS) + 1))
+    assert [name for _, name, _ in rows] == ["ts_ns", *RECORD_COLUMNS[1:]]
+    for _, name, kind in rows[1:]:
+        arrow = ARROW_SCHEMA.field(name).type
+        assert kind == ("text" if arrow == pa.string() else str(arrow)), (name, kind, arrow)
+
+
+def test_lengths_beyond_int32_travel_exactly() -> None:
+    """An original length of 0xFFFFFFFF is 4294967295 on the wire and back (it was -1 in an int32)."""
+    batch = _one_row(src_ip="10.0.0.1", dst_ip="10.0.0.2", iface="0", cap_len=2**31, wire_len=2**32 - 1)
+    [(value, headers)] = encode_messages(batch, 5)
+    assert value.split(b",")[1:3] == [b"2147483648", b"4294967295"]
+    assert decode_message(value, headers).to_batches()[0].equals(batch)
+
+
+def test_messages_of_the_int32_era_still_decode() -> None:
+    """The text is the same whatever the integer width: a message produced when the lengths were
+    int32 decodes into today's int64 columns with the same values."""
+    value = (
+        b"1700000000123456789,74,74,4,10.0.0.1,192.0.2.7,6,60,64,51514,80,2,1000,0,64240,,,,0\n"
+        b"1700000000124000000,80,80,4,10.0.0.2,192.0.2.53,17,66,64,5353,53,,,,,,,,0\n"
+    )
+    headers = [*HEADERS_OK[:2], ("netmon.records", b"2")]
+    table = decode_message(value, headers)
+    assert table.schema.equals(ARROW_SCHEMA)
+    assert table.schema.field("wire_len").type == pa.int64() == table.schema.field("cap_len").type
+    assert table.column("cap_len").to_pylist() == [74, 80] == table.column("wire_len").to_pylist()
+    assert table.column("ip_len").to_pylist() == [60, 66]
+
+
 def test_iface_with_csv_characters_is_sanitised() -> None:
     batch = _one_row(src_ip="10.0.0.1", dst_ip="10.0.0.2", iface='a,b\nc"d\re')
     [(value, headers)] = encode_messages(batch, 5)
@@ -170,8 +203,8 @@ def test_watermark_control_message() -> None:
 
 
 _INT_RANGES = {
-    "cap_len": (0, 2**31 - 1),
-    "wire_len": (0, 2**31 - 1),
+    "cap_len": (0, 2**32 - 1),
+    "wire_len": (0, 2**32 - 1),
     "ip_version": (4, 6),
     "proto": (0, 255),
     "ip_len": (0, 65575),

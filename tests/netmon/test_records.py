@@ -10,7 +10,7 @@ from netmon.records import ARROW_SCHEMA, RECORD_COLUMNS, SPARK_DDL, _spark_ddl
 #: SPARK_DDL as it was written by hand before it was derived from ARROW_SCHEMA: the
 #: derivation must reproduce it exactly, or the pipeline would decode the wire format differently.
 HAND_WRITTEN_DDL = (
-    "ts_ns BIGINT, cap_len INT, wire_len INT, ip_version TINYINT, src_ip STRING, dst_ip STRING, "
+    "ts_ns BIGINT, cap_len BIGINT, wire_len BIGINT, ip_version TINYINT, src_ip STRING, dst_ip STRING, "
     "proto SMALLINT, ip_len INT, ttl SMALLINT, src_port INT, dst_port INT, tcp_flags SMALLINT, "
     "tcp_seq BIGINT, tcp_ack BIGINT, tcp_window INT, icmp_type SMALLINT, icmp_code SMALLINT, "
     "vlan INT, iface STRING"
