@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from netmon.config import Config
 __all__ = ["APP", "run_foreground", "start_background", "wait_healthy"]
 
 APP = Path(__file__).with_name("app.py")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _command(cfg: Config, host: str | None, port: int | None) -> list[str]:
@@ -41,9 +45,62 @@ def _env(cfg: Config) -> dict[str, str]:
     return env
 
 
-def run_foreground(cfg: Config, *, host: str | None = None, port: int | None = None) -> int:
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the parent dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def run_foreground(
+    cfg: Config, *, host: str | None = None, port: int | None = None, stop_timeout_s: float = 10.0
+) -> int:
+    """Serve the dashboard until Streamlit exits, or until SIGTERM / SIGINT (Ctrl-C).
+
+    Streamlit runs as a child in a process group of its own. A SIGTERM or SIGINT to this process
+    is passed to that whole group; after ``stop_timeout_s`` it is killed. The child is always
+    waited for, so the port is free once this returns: Streamlit's exit code, or ``128 + signal``.
+    (Were this process killed outright, the child gets SIGTERM from the kernel: parent-death signal.)
+    """
     print(f"dashboard: http://{host or cfg.dashboard.host}:{port or cfg.dashboard.port}", file=sys.stderr)
-    return subprocess.call(_command(cfg, host, port), env=_env(cfg))
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        child = subprocess.Popen(
+            _command(cfg, host, port),
+            env=_env(cfg),
+            start_new_session=True,  # a process group of its own: Ctrl-C reaches it through us, once
+            preexec_fn=_die_with_parent,  # (no threads run in this command yet)
+        )
+        try:
+            while child.poll() is None and not received:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=0.2)
+        finally:
+            if child.poll() is None:
+                _stop_group(child, stop_timeout_s)
+    finally:
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+    return 128 + received[0] if received else int(child.returncode)
+
+
+def _stop_group(child: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM the child's process group, wait up to ``timeout_s``, then SIGKILL it; reap the child."""
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)
+        try:
+            child.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Whatever else the group held (Streamlit's own children) goes with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
 
 
 def start_background(

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -29,6 +30,9 @@ from ingest.wire import encode_messages, watermark_message
 __all__ = [
     "BrokerUnavailable",
     "COMPRESSION_FALLBACK",
+    "DeliveryFailed",
+    "HEADER_REPLAY",
+    "HEADER_SEQ",
     "PacketProducer",
     "ProducerCounts",
     "pick_compression",
@@ -43,8 +47,19 @@ _CRC_WARNED = False
 COMPRESSION_FALLBACK = ("lz4", "zstd", "gzip")
 
 
+#: Optional header of a replay's data messages: the replay's run id (``ingest.replay``).
+HEADER_REPLAY = "netmon.replay"
+#: Optional header beside :data:`HEADER_REPLAY`: the index of the message's first record among the
+#: records that run produces (decimal text), so a resumed run can tell what is already there.
+HEADER_SEQ = "netmon.seq"
+
+
 class BrokerUnavailable(RuntimeError):
     """The Kafka broker did not answer in time (at start, or while delivering)."""
+
+
+class DeliveryFailed(BrokerUnavailable):
+    """A message sent earlier was not delivered (the broker died, or refused it)."""
 
 
 def _codec_available(name: str) -> bool:
@@ -165,7 +180,9 @@ class PacketProducer:
         self.batch_bytes = batch_bytes
         self.max_request_bytes = max_request_bytes
         self.timeout_s = timeout_s
-        self.delivery_timeout_s = delivery_timeout_s
+        self._request_timeout_ms = max(int(timeout_s * 1000), 5000)
+        # kafka-python requires delivery >= linger + request timeout: a shorter one is raised to that.
+        self.delivery_timeout_s = max(delivery_timeout_s, (linger_ms + self._request_timeout_ms) / 1000)
         self.max_pending = max_pending
         self.counts = ProducerCounts()
         self._lock = threading.Lock()
@@ -231,8 +248,8 @@ class PacketProducer:
                 max_request_size=self.max_request_bytes,
                 bootstrap_timeout_ms=ms,
                 max_block_ms=ms,
-                request_timeout_ms=max(ms, 5000),
-                delivery_timeout_ms=max(int(self.delivery_timeout_s * 1000), self.linger_ms + ms),
+                request_timeout_ms=self._request_timeout_ms,
+                delivery_timeout_ms=int(self.delivery_timeout_s * 1000),
             )
         except (KafkaTimeoutError, OSError) as exc:
             raise self._unavailable("no answer to the producer's bootstrap", exc) from None
@@ -248,9 +265,15 @@ class PacketProducer:
         with self._lock:
             self.counts.failed_messages += 1
             self.counts.failed_records += records
-            if self._first_error is None:
+            first = self._first_error is None
+            if first:
                 self._first_error = exc
-        log.error("message not delivered", extra={"records": records, "error": repr(exc)})
+        # The first failure is the caller's to report (raise_if_failed, counts): log, not shout.
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "message not delivered",
+            extra={"records": records, "error": repr(exc)},
+        )
 
     def send(self, value: bytes, headers: list[tuple[str, bytes]], records: int) -> None:
         """Send one message holding ``records`` records (blocks while too many are in flight)."""
@@ -275,11 +298,21 @@ class PacketProducer:
         future.add_errback(self._on_error, records)
         self._pending.append(future)
 
-    def send_batch(self, batch: pa.RecordBatch, records_per_message: int) -> int:
-        """Encode ``batch`` (:func:`ingest.wire.encode_messages`) and send it; return the messages sent."""
+    def send_batch(
+        self, batch: pa.RecordBatch, records_per_message: int, *, run: str | None = None, seq: int = 0
+    ) -> int:
+        """Encode ``batch`` (:func:`ingest.wire.encode_messages`) and send it; return the messages sent.
+
+        With ``run``, every message also carries the headers :data:`HEADER_REPLAY` (``run``) and
+        :data:`HEADER_SEQ` (``seq`` plus the records of ``batch`` before the message's first).
+        """
         sent = 0
         for value, headers in encode_messages(batch, records_per_message):
-            self.send(value, headers, int(headers[2][1]))
+            records = int(headers[2][1])
+            if run is not None:
+                headers = [*headers, (HEADER_REPLAY, run.encode()), (HEADER_SEQ, str(seq).encode())]
+            self.send(value, headers, records)
+            seq += records
             sent += 1
         return sent
 
@@ -330,6 +363,18 @@ class PacketProducer:
         """The first delivery failure, if any."""
         return self._first_error
 
+    def raise_if_failed(self) -> None:
+        """Raise :class:`DeliveryFailed` if any message sent so far was not delivered."""
+        exc = self._first_error
+        if exc is None:
+            return
+        from kafka.errors import KafkaTimeoutError
+
+        if isinstance(exc, KafkaTimeoutError):
+            what = f"no acknowledgement within {self.delivery_timeout_s:g}s"
+            raise DeliveryFailed(f"Kafka broker at {self.bootstrap} unavailable: {what} ({exc})")
+        raise DeliveryFailed(f"Kafka broker at {self.bootstrap} did not take a message: {exc!r}")
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every message sent so far is acknowledged or failed.
 
@@ -338,7 +383,7 @@ class PacketProducer:
         BrokerUnavailable
             When messages are still in flight after ``timeout_s`` (default ``delivery_timeout_s``).
         """
-        from kafka.errors import KafkaTimeoutError
+        from kafka.errors import KafkaError, KafkaTimeoutError
 
         timeout = self.delivery_timeout_s if timeout_s is None else timeout_s
         try:
@@ -348,18 +393,49 @@ class PacketProducer:
                 f"Kafka broker at {self.bootstrap}: {self.in_flight} messages not acknowledged "
                 f"within {timeout:g}s ({exc})"
             ) from None
+        except KafkaError:
+            # kafka-python's flush gives up ("Future not done") when a batch the broker refused as
+            # too large was split and re-sent: wait for every message's own future instead.
+            self._wait_each(timeout)
         self._drop_done()
 
+    def _wait_each(self, timeout_s: float) -> None:
+        from kafka.errors import KafkaError, KafkaTimeoutError
+
+        deadline = time.monotonic() + timeout_s
+        for future in list(self._pending):
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaTimeoutError as exc:
+                raise BrokerUnavailable(
+                    f"Kafka broker at {self.bootstrap}: {self.in_flight} messages not acknowledged "
+                    f"within {timeout_s:g}s ({exc})"
+                ) from None
+            except KafkaError as exc:  # counted by the errback, which may still be running
+                with self._lock:
+                    if self._first_error is None:
+                        self._first_error = exc
+
     def close(self, timeout_s: float | None = None) -> None:
-        """Flush and close (idempotent). A broker that stopped answering cannot make this hang."""
+        """Flush and close (idempotent). A broker that stopped answering cannot make this hang.
+
+        Messages still in flight after ``timeout_s`` (default ``delivery_timeout_s``) are abandoned
+        (:class:`BrokerUnavailable` is raised after closing); they stay unacknowledged in the counts.
+        """
         if self._closed:
             return
         self._closed = True
         try:
             self.flush(timeout_s)
         finally:
-            self._producer.close(timeout=0 if self.in_flight else (timeout_s or self.timeout_s))
+            self._force_close(0 if self.in_flight else (timeout_s or self.timeout_s))
             self._pending.clear()
+
+    def _force_close(self, timeout_s: float) -> None:
+        """Close kafka-python's producer; with messages still in flight, abandon them."""
+        from netmon.kafka_admin import close_producer
+
+        close_producer(self._producer, timeout_s)
 
     def __enter__(self) -> PacketProducer:
         return self

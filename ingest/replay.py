@@ -18,11 +18,21 @@ Every record sent is counted, and counted again when the broker acknowledges it;
 (:class:`ReplaySummary`) puts the reader's counts (frames read, records decoded, skipped by reason)
 beside the producer's. Ctrl-C or SIGTERM stop reading, flush and close the producer, and return the
 summary with ``interrupted=True``.
+
+Every replay has a run id (``<start time in ns>-<6 hex digits>``), and each of its data messages
+carries it (header ``netmon.replay``) with the index of its first record among the records the run
+produces (``netmon.seq``). A replay the broker failed under (its first undelivered message ends
+it: ``broker_error``) or that was interrupted can be continued with ``resume=RUN_ID`` and the same
+file and options: the continuation reads the topic from the run's start time, sends only the
+records none of the run's messages holds, and checks the event time of every message it finds
+against the record it would have sent there.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -32,20 +42,36 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest.errors import CaptureError
 from ingest.pacing import Pacer
-from ingest.producer import PacketProducer, sigterm_as_interrupt
+from ingest.producer import (
+    HEADER_REPLAY,
+    HEADER_SEQ,
+    BrokerUnavailable,
+    PacketProducer,
+    sigterm_as_interrupt,
+)
 from ingest.progress import ProgressLine, replay_line
 from netmon.filters import PacketFilter, parse_filter
 from netmon.records import ARROW_SCHEMA
 
-__all__ = ["ReplayOptions", "ReplayProgress", "ReplaySummary", "iso_ns", "replay", "shift_ts"]
+__all__ = [
+    "ReplayOptions",
+    "ReplayProgress",
+    "ReplaySummary",
+    "iso_ns",
+    "replay",
+    "run_start_ns",
+    "shift_ts",
+]
 
 log = logging.getLogger(__name__)
 
 _TS_TYPE = ARROW_SCHEMA.field("ts").type
+_RUN_ID = re.compile(r"(\d{1,19})-[0-9a-f]{6}")
+#: a resumed run reads the topic from this long before the run's start (producer clock skew)
+_RESUME_SLACK_MS = 60_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +94,9 @@ class ReplayOptions:
     #: at the end, send a watermark control message this many seconds of event time past the
     #: last record (:meth:`PacketProducer.send_watermark`), so the pipeline closes the last windows
     close_windows_s: float | None = None
+    #: continue the run with this id (printed by a failed or interrupted replay): send only the
+    #: records none of its messages in the topic holds
+    resume: str | None = None
 
     def __post_init__(self) -> None:
         if self.speed is not None and self.pps is not None:
@@ -86,6 +115,11 @@ class ReplayOptions:
             raise ValueError(f"records_per_message must be >= 1, got {self.records_per_message}")
         if self.close_windows_s is not None and self.close_windows_s < 0:
             raise ValueError(f"close_windows_s must be >= 0, got {self.close_windows_s}")
+        if self.resume is not None and not _RUN_ID.fullmatch(self.resume):
+            raise ValueError(
+                f"--resume {self.resume!r} is not a replay run id (<start ns>-<6 hex digits>, "
+                "as a failed or interrupted replay prints it)"
+            )
 
 
 @dataclass
@@ -94,6 +128,8 @@ class ReplaySummary:
 
     file: str
     topic: str
+    #: this run's id (a resumed run keeps the id of the run it continues)
+    run_id: str = ""
     read: int = 0  #: frames read from the file (all loops)
     decoded: int = 0  #: records decoded (all loops)
     skipped: dict[str, int] = field(default_factory=dict)  #: frames that are not records, by reason
@@ -101,6 +137,8 @@ class ReplaySummary:
     ts_backwards: int = 0
     filtered_out: int = 0
     produced: int = 0  #: records handed to the producer
+    #: records a resumed run found in the topic (sent by the run it continues), not sent again
+    already_present: int = 0
     acknowledged: int = 0  #: records the broker acknowledged
     failed: int = 0  #: records whose delivery failed
     messages: int = 0  #: Kafka messages sent, control messages included
@@ -114,6 +152,9 @@ class ReplaySummary:
     interrupted: bool = False
     #: a fatal read error after some records were produced (every earlier record was still sent)
     error: str | None = None
+    #: the broker stopped taking records (died, or refused one): the replay stopped there; what
+    #: was acknowledged is in ``acknowledged``, and ``resume=run_id`` continues it
+    broker_error: str | None = None
     compression: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -131,6 +172,7 @@ class ReplaySummary:
             f"produced      {self.produced:,} records in {self.messages:,} messages "
             f"({self.bytes / 1e6:.1f} MB, {self.compression or 'no'} compression) to {self.topic}",
             f"acknowledged  {self.acknowledged:,}" + (f"  FAILED {self.failed:,}" if self.failed else ""),
+            f"run id        {self.run_id}",
             f"elapsed       {self.elapsed_s:.2f} s, {self.rate_pps:,.0f} records/s",
             f"event time    {self.first_ts} .. {self.last_ts}",
         ]
@@ -139,12 +181,16 @@ class ReplaySummary:
                 f"notes         {self.non_first_fragments:,} non-first fragments (no ports), "
                 f"{self.ts_backwards:,} timestamps going backwards (kept)"
             )
+        if self.already_present:
+            out.append(f"resumed       {self.already_present:,} records already in the topic, not sent again")
         if self.loops > 1:
             out.append(f"loops         {self.loops}")
         if self.interrupted:
             out.append("interrupted   yes (flushed and closed)")
         if self.error:
             out.append(f"error         {self.error}")
+        if self.broker_error:
+            out.append(f"broker error  {self.broker_error}")
         out.extend(f"warning       {w}" for w in self.warnings)
         return out
 
@@ -183,6 +229,82 @@ def shift_ts(batch: pa.RecordBatch, shift_ns: int) -> pa.RecordBatch:
 
 def _ts_ns(batch: pa.RecordBatch) -> np.ndarray:
     return np.asarray(batch.column(0).cast(pa.int64()).to_numpy(zero_copy_only=False))
+
+
+def run_start_ns(run_id: str) -> int:
+    """The start time (ns since the epoch) a replay run id begins with.
+
+    >>> run_start_ns("1700000000123456789-0a1b2c")
+    1700000000123456789
+    """
+    match = _RUN_ID.fullmatch(run_id)
+    if match is None:
+        raise ValueError(f"not a replay run id: {run_id!r}")
+    return int(match.group(1))
+
+
+def _present(bootstrap: str, topic: str, run_id: str, *, timeout_s: float) -> list[tuple[int, int, int]]:
+    """The data messages of run ``run_id`` in ``topic``: (first record index, records, first event time).
+
+    Reads every partition from the run's start time (less a minute) to its current end offset;
+    raises :class:`BrokerUnavailable` when a read makes no progress for ``timeout_s``.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    ms = int(timeout_s * 1000)
+    run = run_id.encode()
+    found: list[tuple[int, int, int]] = []
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            client_id="netmon-replay-resume",
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=max(ms, 5000),
+            bootstrap_timeout_ms=ms,
+        )
+    except (KafkaError, OSError) as exc:
+        raise BrokerUnavailable(f"Kafka broker at {bootstrap} unavailable: {exc}") from None
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        if not partitions:
+            return []
+        since = max(0, run_start_ns(run_id) // 1_000_000 - _RESUME_SLACK_MS)
+        starts = consumer.offsets_for_times(dict.fromkeys(partitions, since), timeout_ms=ms)
+        ends = consumer.end_offsets(partitions, timeout_ms=ms)
+        todo = {
+            tp: ends[tp] for tp in partitions if starts.get(tp) is not None and starts[tp].offset < ends[tp]
+        }
+        if not todo:
+            return []
+        consumer.assign(list(todo))
+        for tp in todo:
+            consumer.seek(tp, starts[tp].offset)
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end for tp, end in todo.items()):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"Kafka broker at {bootstrap}: reading {topic} for run {run_id} made no progress "
+                    f"within {timeout_s:g}s"
+                )
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                deadline = time.monotonic() + timeout_s
+                for r in records:
+                    if r.offset >= todo[tp]:
+                        continue
+                    headers = dict(r.headers or [])
+                    if headers.get(HEADER_REPLAY) != run:
+                        continue
+                    count = int(headers.get("netmon.records", b"0"))
+                    if count:
+                        first_ts = int(r.value.split(b",", 1)[0])
+                        found.append((int(headers[HEADER_SEQ]), count, first_ts))
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"Kafka broker at {bootstrap} unavailable: {exc}") from None
+    finally:
+        consumer.close()
+    return found
 
 
 def _read_records(path: str | Path, *, batch_size: int, iface: str | None) -> Any:
@@ -224,6 +346,7 @@ def replay(
     progress: bool | Callable[[ReplayProgress], None] = True,
     timeout_s: float = 10.0,
     producer: PacketProducer | None = None,
+    delivery_timeout_s: float = 60.0,
 ) -> ReplaySummary:
     """Replay the capture at ``path`` into ``topic`` and return the summary.
 
@@ -242,6 +365,9 @@ def replay(
         Bound on reaching the broker (:class:`ingest.producer.BrokerUnavailable` beyond it).
     producer
         An already connected producer to use (it is flushed, not closed).
+    delivery_timeout_s
+        Bound on delivering one message; the first message not delivered ends the replay
+        (``summary.broker_error``, nothing raised).
 
     Raises
     ------
@@ -250,12 +376,16 @@ def replay(
     netmon.filters.FilterError
         The filter expression is malformed (raised before reading anything).
     ingest.producer.BrokerUnavailable
-        The broker did not answer within ``timeout_s``.
+        The broker did not answer within ``timeout_s`` at the start (later failures end the replay
+        with ``summary.broker_error`` instead).
+    ValueError
+        ``options.resume`` names a run whose records differ from this file and these options.
     """
     opts = options or ReplayOptions()
     packet_filter = parse_filter(opts.filter) if opts.filter else None
     began = time.monotonic()
-    summary = ReplaySummary(file=str(path), topic=topic)
+    run_id = opts.resume or f"{time.time_ns()}-{secrets.token_hex(3)}"
+    summary = ReplaySummary(file=str(path), topic=topic, run_id=run_id)
     totals = _Totals()
     # Open the file and decode its first batch before connecting: bad input fails fast (exit 2).
     reader = _read_records(path, batch_size=opts.batch_size, iface=opts.iface)
@@ -272,13 +402,21 @@ def replay(
                 linger_ms=opts.linger_ms,
                 partitions=partitions,
                 timeout_s=timeout_s,
+                delivery_timeout_s=delivery_timeout_s,
             )
         except BaseException:
             _close(reader)
             raise
     summary.compression = producer.compression
+    try:
+        present = [] if opts.resume is None else _present(bootstrap, topic, run_id, timeout_s=timeout_s)
+    except BaseException:
+        _close(reader)
+        if own_producer:
+            producer.close(timeout_s=0)
+        raise
     bar = ProgressLine(enabled=progress is True)
-    run = _Run(opts, producer, packet_filter, summary, began)
+    run = _Run(opts, producer, packet_filter, summary, run_id, present)
 
     def report(force: bool = False) -> None:
         if progress is False or not (force or bar.due() or callable(progress)):
@@ -286,7 +424,7 @@ def replay(
         done = totals.bytes_done + (reader.file_position if reader is not None else 0)
         fraction = min(1.0, done / total_bytes) if total_bytes else None
         if opts.limit:
-            fraction = max(fraction or 0.0, summary.produced / opts.limit)
+            fraction = max(fraction or 0.0, run.position / opts.limit)
         elapsed = time.monotonic() - began
         if callable(progress):
             progress(
@@ -320,23 +458,32 @@ def replay(
                 summary.loops = loop + 1
                 if done:
                     break
+            if opts.close_windows_s is not None and run.max_ns is not None:
+                # Only once every record is in: a record behind the watermark would be late.
+                producer.flush()
+                producer.raise_if_failed()
+                producer.send_watermark(run.max_ns + int(opts.close_windows_s * 1e9))
     except KeyboardInterrupt:
         summary.interrupted = True
         log.warning("replay interrupted: flushing and closing the producer")
     except CaptureError as exc:
         summary.error = str(exc)
-    else:
-        if opts.close_windows_s is not None and run.max_ns is not None:
-            producer.send_watermark(run.max_ns + int(opts.close_windows_s * 1e9))
+    except BrokerUnavailable as exc:  # DeliveryFailed included: stop at the first lost message
+        summary.broker_error = str(exc)
     finally:
         if reader is not None:
             totals.add(reader)
             _close(reader)
         try:
             if own_producer:
-                producer.close(timeout_s=10.0 if summary.interrupted else None)
+                grace = 10.0 if summary.interrupted else timeout_s if summary.broker_error else None
+                producer.close(timeout_s=grace)
             else:
                 producer.flush()
+            producer.raise_if_failed()
+        except BrokerUnavailable as exc:
+            # What is still in flight stays unacknowledged: counted, and left to a resumed run.
+            summary.broker_error = summary.broker_error or str(exc)
         finally:
             _finish(summary, totals, producer, began)
             if progress is True:
@@ -345,7 +492,7 @@ def replay(
                         packets=summary.produced,
                         elapsed_s=summary.elapsed_s,
                         bytes_read=totals.bytes_done,
-                        fraction=1.0 if not summary.interrupted else None,
+                        fraction=None if summary.interrupted or summary.broker_error else 1.0,
                     )
                 )
     return summary
@@ -387,13 +534,23 @@ class _Run:
         producer: PacketProducer,
         packet_filter: PacketFilter | None,
         summary: ReplaySummary,
-        began: float,
+        run_id: str,
+        present: list[tuple[int, int, int]],
     ) -> None:
         self.opts = opts
         self.producer = producer
         self.filter = packet_filter
         self.summary = summary
+        self.run_id = run_id
+        #: the run's time base: --rebase-time puts the first packet at the run's start
+        self.started_ns = run_start_ns(run_id)
         self.pacer = Pacer(speed=opts.speed, pps=opts.pps)
+        #: index of the next record of the run's sequence (records after the filter, all loops)
+        self.position = 0
+        # Messages of this run already in the topic (resume): first record index, records, first ts.
+        rows = np.array(sorted(present), dtype=np.int64).reshape(-1, 3)
+        self.present_starts, self.present_ends = rows[:, 0], rows[:, 0] + rows[:, 1]
+        self.present_ts = rows[:, 2]
         self.rebase_ns: int | None = None
         # The capture's extent, learnt during the first loop, sets the loop shift.
         self.min_ts: int | None = None
@@ -414,7 +571,7 @@ class _Run:
             if k == 0:
                 self._extent(ts)
             if self.rebase_ns is None:
-                start = time.time_ns() if self.opts.rebase_time else self.opts.start_ns
+                start = self.started_ns if self.opts.rebase_time else self.opts.start_ns
                 self.rebase_ns = 0 if start is None else start - int(ts[0])
             batch = shift_ts(batch, self.rebase_ns + k * self.span_ns)
             if self.filter is not None:
@@ -422,13 +579,13 @@ class _Run:
                 self.summary.filtered_out += batch.num_rows - kept.num_rows
                 batch = kept
             if self.opts.limit is not None:
-                room = self.opts.limit - self.summary.produced
+                room = self.opts.limit - self.position
                 if batch.num_rows > room:
                     batch = batch.slice(0, room)
             if batch.num_rows:
-                self._send(batch)
+                self._emit(batch)
             report()
-            if self.opts.limit is not None and self.summary.produced >= self.opts.limit:
+            if self.opts.limit is not None and self.position >= self.opts.limit:
                 return True
         return False
 
@@ -446,16 +603,47 @@ class _Run:
         mean_gap = extent // (self.count - 1) if self.count > 1 else 0
         return extent + max(mean_gap, 1_000_000 if extent == 0 else 1)
 
-    def _send(self, batch: pa.RecordBatch) -> None:
-        producer, rpm = self.producer, self.opts.records_per_message
+    def _emit(self, batch: pa.RecordBatch) -> None:
+        """Send the records of ``batch`` (the next of the run's sequence) the topic lacks."""
+        first, n = self.position, batch.num_rows
+        ts = _ts_ns(batch)
+        latest = int(ts.max())
+        self.max_ns = latest if self.max_ns is None else max(self.max_ns, latest)
+        starts, ends = self.present_starts, self.present_ends
+        overlap: np.ndarray = np.nonzero((starts < first + n) & (ends > first))[0]
+        if len(overlap) == 0:
+            self._send(batch, first)
+            self.position += n
+            return
+        keep = np.ones(n, dtype=bool)
+        for i in overlap:
+            start, end = int(starts[i]), int(ends[i])
+            keep[max(start - first, 0) : min(end - first, n)] = False
+            if first <= start < first + n and int(ts[start - first]) != int(self.present_ts[i]):
+                raise ValueError(
+                    f"--resume {self.run_id}: record {start} of the topic has event time "
+                    f"{iso_ns(int(self.present_ts[i]))}, this replay's has {iso_ns(int(ts[start - first]))}: "
+                    "resume with the same file and options as the run it continues"
+                )
+        self.summary.already_present += n - int(keep.sum())
+        edges = np.diff(np.concatenate(([0], keep.astype(np.int8), [0])))
+        for a, b in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0], strict=True):
+            self._send(batch.slice(int(a), int(b - a)), first + int(a))
+        self.position += n
+
+    def _send(self, batch: pa.RecordBatch, seq: int) -> None:
+        """Send ``batch``, whose first record is record ``seq`` of the run; stop at a lost message."""
+        producer, rpm, run = self.producer, self.opts.records_per_message, self.run_id
         if not self.pacer.paced:
-            producer.send_batch(batch, rpm)
+            producer.raise_if_failed()
+            producer.send_batch(batch, rpm, run=run, seq=seq)
             self._sent(batch)
             return
         for a, b, offset in self.pacer.chunks(_ts_ns(batch), rpm):
             self.pacer.wait(offset)
+            producer.raise_if_failed()
             chunk = batch.slice(a, b - a)
-            producer.send_batch(chunk, b - a)
+            producer.send_batch(chunk, b - a, run=run, seq=seq + a)
             self._sent(chunk)
 
     def _sent(self, batch: pa.RecordBatch) -> None:
@@ -465,6 +653,4 @@ class _Run:
             self.first_ns = ts_col[0].value
             self.summary.first_ts = iso_ns(self.first_ns)
         self.summary.last_ts = iso_ns(ts_col[-1].value)
-        latest = pc.max(ts_col).value
-        self.max_ns = latest if self.max_ns is None else max(self.max_ns, latest)
         self.summary.produced += batch.num_rows

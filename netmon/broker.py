@@ -205,6 +205,27 @@ class LocalBroker:
         self.pid_file.unlink(missing_ok=True)
         return how
 
+    def kill(self, timeout_s: float = 15.0) -> int | None:
+        """``kill -9`` the broker's JVM, as a crash would, and wait until it is gone; return its pid.
+
+        Nothing is flushed and the pid file stays (as after a crash): ``start`` then recovers the
+        log and starts again. For fault tests; ``stop`` is the graceful way. Harmless if stopped.
+        """
+        pid = self.pid()
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while _pid_alive(pid):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"Kafka broker pid {pid} still alive {timeout_s:.0f}s after SIGKILL")
+            self._reap(pid)
+            time.sleep(0.05)
+        self._reap(pid)
+        log.info("broker killed", extra={"pid": pid})
+        return pid
+
     # -- internals -----------------------------------------------------------------------------
     def _terminate(self, pid: int, timeout_s: float) -> str:
         with contextlib.suppress(ProcessLookupError):

@@ -1,13 +1,34 @@
-"""Small Kafka admin helpers (kafka-python 3.x): create or reset a topic."""
+"""Small Kafka admin helpers (kafka-python 3.x): check a broker answers, create or reset a topic."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
-__all__ = ["ensure_topic", "recreate_topic"]
+__all__ = ["KafkaUnreachable", "check_reachable", "close_producer", "ensure_topic", "recreate_topic"]
+
+
+class KafkaUnreachable(RuntimeError):
+    """No broker at the bootstrap servers answered a metadata request in time (one-line message)."""
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+    """Return once a broker at ``bootstrap`` answers a metadata request; else raise
+    :class:`KafkaUnreachable` (within about ``timeout_s``: connecting and one request)."""
+    try:
+        admin = _admin(bootstrap, timeout_s)
+        try:
+            admin.list_topics()
+        finally:
+            admin.close()
+    except (KafkaError, OSError) as exc:
+        raise KafkaUnreachable(
+            f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s ({type(exc).__name__})"
+        ) from None
 
 
 def _admin(bootstrap: str, timeout_s: float) -> KafkaAdminClient:
@@ -15,6 +36,27 @@ def _admin(bootstrap: str, timeout_s: float) -> KafkaAdminClient:
     return KafkaAdminClient(
         bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms, client_id="netmon-admin"
     )
+
+
+def close_producer(producer: Any, timeout_s: float) -> bool:
+    """Close a kafka-python ``KafkaProducer`` within about ``timeout_s``; False if messages were
+    still unsent then (they are abandoned: their futures fail).
+
+    ``KafkaProducer.close`` flushes first and raises when that times out, leaving its sender
+    thread running (and its finaliser tries again, noisily): the sender is then closed by force.
+    """
+    try:
+        producer.close(timeout=timeout_s)
+        return True
+    except KafkaTimeoutError:
+        pass
+    sender = getattr(producer, "_sender", None)
+    if sender is not None:
+        sender.force_close()  # fails the batches it holds, then stops
+        sender.join(5.0)
+    with contextlib.suppress(KafkaTimeoutError):
+        producer.close(timeout=0)  # nothing left to flush now: closed for good
+    return False
 
 
 def ensure_topic(

@@ -1,4 +1,8 @@
-"""``netmon dashboard``: the Streamlit app, bound to 127.0.0.1 unless told otherwise."""
+"""``netmon dashboard``: the Streamlit app, bound to 127.0.0.1 unless told otherwise.
+
+Streamlit runs as a child process (:func:`dashboard.server.run_foreground`): SIGTERM or Ctrl-C stop
+it too and wait for it, so the port is free when the command exits (exit code 128 + the signal).
+"""
 
 from __future__ import annotations
 

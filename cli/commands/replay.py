@@ -1,18 +1,24 @@
 """``netmon replay FILE``: replay a capture into the packets topic (:func:`ingest.replay.replay`).
 
-Exit codes: 0 done; 1 broker unavailable or records not acknowledged; 2 bad input (not a
-capture, damaged file, bad filter or option); 130 interrupted (after flushing and closing).
+Exit codes: 0 done; 1 broker unavailable or records not acknowledged (one line with the count
+acknowledged and the ``--resume RUN_ID`` that continues the replay); 2 bad input (not a capture,
+damaged file, bad filter or option); 130 interrupted (after flushing and closing).
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+import json
+import shlex
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from cli.commands.produced import fail, finish
 from cli.main import pass_config
 from netmon.config import Config
+
+if TYPE_CHECKING:
+    from ingest.replay import ReplaySummary
 
 
 @click.command("replay")
@@ -51,14 +57,30 @@ from netmon.config import Config
 @click.option(
     "--close-at-end/--keep-open",
     "close_at_end",
-    default=False,
+    default=True,
     show_default=True,
-    help="End with a watermark control message [pipeline] watermark_s + traffic_window_s past the "
-    "last record, as netmon demo does: the pipeline then closes the windows that end by "
-    "traffic_window_s after it, as netmon analyze does by default at the end of a file.",
+    help="--close-at-end (the default) ends with a watermark control message [pipeline] "
+    "watermark_s + traffic_window_s past the last record, as netmon demo does: the pipeline then "
+    "closes the windows that end by traffic_window_s after it, as netmon analyze does at the end of "
+    "a file. --keep-open sends none, for a stream that continues (a later replay, live traffic).",
+)
+@click.option(
+    "--resume",
+    metavar="RUN_ID",
+    help="Continue the replay with this run id (printed by a failed or interrupted replay): send "
+    "only the records its messages in the topic lack. Give the same file and options.",
 )
 @click.option(
     "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."
+)
+@click.option(
+    "--delivery-timeout",
+    "delivery_timeout_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Bound on delivering one message, retries included, s; the first message not delivered "
+    "ends the replay (exit 1).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary text.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
@@ -80,7 +102,9 @@ def command(
     linger_ms: int | None,
     compression: str | None,
     close_at_end: bool,
+    resume: str | None,
     timeout_s: float,
+    delivery_timeout_s: float,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -107,6 +131,7 @@ def command(
             close_windows_s=cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s
             if close_at_end
             else None,
+            resume=resume,
         )
         summary = replay(
             file,
@@ -116,12 +141,29 @@ def command(
             partitions=cfg.kafka.partitions,
             progress=not quiet,
             timeout_s=timeout_s,
+            delivery_timeout_s=delivery_timeout_s,
         )
     except (CaptureError, FilterError, ValueError) as exc:
         _fail(str(exc), 2)
     except BrokerUnavailable as exc:
         _fail(str(exc), 1)
+    if summary.broker_error:
+        finish_broker_error(summary, file, as_json=as_json, quiet=quiet)
     finish("replay", summary, as_json=as_json, quiet=quiet)
+
+
+def finish_broker_error(summary: ReplaySummary, file: str, *, as_json: bool, quiet: bool) -> NoReturn:
+    """The summary, then one line: the broker's failure, the records acknowledged, how to go on."""
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    elif not quiet:
+        click.echo("\n".join(summary.lines()))
+    _fail(
+        f"{summary.broker_error}; {summary.acknowledged:,} of {summary.produced:,} records sent were "
+        f"acknowledged; continue with: netmon replay {shlex.quote(file)} --resume {summary.run_id} "
+        "(and the same options)",
+        1,
+    )
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 import uuid
@@ -11,7 +12,14 @@ import pytest
 
 from ingest import read_records
 from ingest.generate import generate
-from ingest.producer import BrokerUnavailable, PacketProducer, pick_compression
+from ingest.producer import (
+    HEADER_REPLAY,
+    HEADER_SEQ,
+    BrokerUnavailable,
+    DeliveryFailed,
+    PacketProducer,
+    pick_compression,
+)
 from netmon.records import ARROW_SCHEMA
 from tests.ingest.kafka_util import consume_all, records_of, sort_records
 
@@ -107,3 +115,56 @@ def test_compression_falls_back_when_a_codec_library_is_missing(monkeypatch: pyt
 def test_constructor_validates_its_arguments() -> None:
     with pytest.raises(ValueError, match="partitions and replication must be >= 1"):
         PacketProducer("127.0.0.1:1", "t", partitions=0)
+
+
+@pytest.mark.kafka
+def test_run_headers_number_the_records_of_every_message(kafka_bootstrap: str, sample: pa.Table) -> None:
+    topic = topic_name("seq")
+    batch = sample.slice(0, 2500).combine_chunks().to_batches()[0]
+    with PacketProducer(kafka_bootstrap, topic, partitions=1) as producer:
+        assert producer.send_batch(batch, 1000, run="1700000000000000000-abcdef", seq=7000) == 3
+    messages = consume_all(kafka_bootstrap, topic)
+    headers = [dict(m.headers) for m in messages]
+    assert [(h[HEADER_SEQ], h["netmon.records"]) for h in headers] == [
+        (b"7000", b"1000"),
+        (b"8000", b"1000"),
+        (b"9000", b"500"),
+    ]
+    assert {h[HEADER_REPLAY] for h in headers} == {b"1700000000000000000-abcdef"}
+    assert sort_records(records_of(messages)).equals(sort_records(pa.Table.from_batches([batch])))
+
+
+@pytest.mark.kafka
+def test_a_refused_message_is_raised_once_and_close_does_not_hang(
+    kafka_bootstrap: str, sample: pa.Table
+) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = topic_name("refused")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:  # every message is larger than the topic takes
+        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": "512"})])
+    finally:
+        admin.close()
+    producer = PacketProducer(kafka_bootstrap, topic, create_topic=False, delivery_timeout_s=10)
+    producer.raise_if_failed()  # nothing sent, nothing failed
+    producer.send_batch(sample.slice(0, 300).combine_chunks().to_batches()[0], 100)
+    producer.flush()  # kafka-python's own flush gives up here ("Future not done"): this one waits
+    with pytest.raises(DeliveryFailed, match=f"Kafka broker at {kafka_bootstrap} did not take a message"):
+        producer.raise_if_failed()
+    deadline = time.monotonic() + 5  # the error callbacks run in kafka-python's sender thread
+    while producer.counts.failed_records < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert producer.counts.failed_records == 300 and producer.counts.acked_records == 0
+    began = time.monotonic()
+    with contextlib.suppress(DeliveryFailed):
+        producer.close()
+    assert time.monotonic() - began < 10
+
+
+@pytest.mark.kafka
+def test_a_short_delivery_timeout_is_raised_to_what_kafka_python_accepts(kafka_bootstrap: str) -> None:
+    # kafka-python refuses delivery_timeout < linger + request timeout (5 s at least here) with a
+    # configuration error once connected: the producer raises the timeout to that bound instead.
+    with PacketProducer(kafka_bootstrap, topic_name("short"), timeout_s=2, delivery_timeout_s=1) as producer:
+        assert producer.delivery_timeout_s == pytest.approx(5.02)

@@ -24,6 +24,7 @@ from ingest.generate import generate
 from ingest.pacing import FakeClock, Pacer
 from ingest.progress import ProgressLine, replay_line
 from ingest.replay import ReplayOptions, ReplayProgress, iso_ns, replay, shift_ts
+from ingest.wire import is_control
 from netmon.config import load_config
 from netmon.filters import FilterError
 from netmon.records import ARROW_SCHEMA
@@ -167,8 +168,8 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, sample: Path) -> None:
 
 
 def test_cli_close_at_end_sends_the_demo_watermark(monkeypatch: pytest.MonkeyPatch, sample: Path) -> None:
-    # netmon replay --close-at-end ends like netmon demo's replay: a watermark message
-    # [pipeline] watermark_s + traffic_window_s past the last record; by default, none.
+    # netmon replay ends like netmon demo's replay by default (--close-at-end): a watermark message
+    # [pipeline] watermark_s + traffic_window_s past the last record; --keep-open: none.
     import ingest.replay
     from ingest.replay import ReplaySummary
 
@@ -183,9 +184,19 @@ def test_cli_close_at_end_sends_the_demo_watermark(monkeypatch: pytest.MonkeyPat
         res = CliRunner().invoke(cli, ["replay", str(sample), "-q", *args], env={"NETMON_CONFIG": None})
         assert res.exit_code == 0, res.output
     pipeline = load_config(None, env={}).pipeline
-    assert [o.close_windows_s for o in seen] == [None, None, pipeline.watermark_s + pipeline.traffic_window_s]
+    close = pipeline.watermark_s + pipeline.traffic_window_s
+    assert [o.close_windows_s for o in seen] == [close, None, close]
     help_text = " ".join(CliRunner().invoke(cli, ["replay", "--help"]).output.split())
     assert "[kafka] bootstrap_servers" in help_text and "[kafka] bootstrap)" not in help_text
+    assert "--close-at-end / --keep-open --close-at-end (the default)" in help_text
+
+
+def test_cli_resume_needs_a_run_id(sample: Path) -> None:
+    res = CliRunner().invoke(
+        cli, ["replay", str(sample), "--resume", "yesterday", "--bootstrap", "127.0.0.1:1"]
+    )
+    assert res.exit_code == 2 and "--resume 'yesterday' is not a replay run id" in res.output
+    assert len(res.output.strip().splitlines()) == 1
 
 
 # --- against the real broker ----------------------------------------------------------------------
@@ -338,6 +349,63 @@ def test_close_windows_sends_a_watermark_past_the_last_record(kafka_bootstrap: s
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("flags", [[], ["--keep-open"]], ids=["default", "keep-open"])
+def test_cli_replay_closes_its_windows_unless_kept_open(
+    kafka_bootstrap: str, sample: Path, flags: list[str]
+) -> None:
+    # Without flags the topic ends, on every partition, with the demo's control message:
+    # [pipeline] watermark_s + traffic_window_s of event time past the last record.
+    topic = topic_name("closes")
+    res = CliRunner().invoke(
+        cli,
+        ["replay", str(sample), "--bootstrap", kafka_bootstrap, "--topic", topic, "-q", *flags],
+        env={"NETMON_CONFIG": None},
+    )
+    assert res.exit_code == 0, res.output
+    messages = consume_all(kafka_bootstrap, topic)
+    control = [m for m in messages if dict(m.headers).get("netmon.control") == b"watermark"]
+    assert records_of(messages).num_rows == 3000
+    if flags:
+        assert control == []
+        return
+    cfg = load_config(None, env={})
+    close_ns = int((cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s) * 1e9)
+    assert {int(m.value) for m in control} == {int(ts_of(table_of(sample)).max()) + close_ns}
+    last = {}
+    for m in messages:  # in (partition, offset) order: the last one per partition wins
+        last[m.partition] = m
+    assert sorted(m.partition for m in control) == sorted(last) == list(range(cfg.kafka.partitions))
+    assert all(dict(m.headers).get("netmon.control") == b"watermark" for m in last.values())
+
+
+@pytest.mark.kafka
+def test_resume_with_other_options_is_refused(kafka_bootstrap: str, sample: Path) -> None:
+    topic = topic_name("mismatch")
+    first = replay(
+        sample, bootstrap=kafka_bootstrap, topic=topic, options=ReplayOptions(limit=1000), progress=False
+    )
+    assert first.acknowledged == 1000 and first.run_id
+    res = CliRunner().invoke(
+        cli,
+        ["replay", str(sample), "--bootstrap", kafka_bootstrap, "--topic", topic, "-q"]
+        + ["--resume", first.run_id, "--start-at", "2030-01-01T00:00:00Z"],
+    )
+    assert res.exit_code == 2 and f"--resume {first.run_id}: record 0 of the topic" in res.output
+    assert "same file and options" in res.output
+    # With the same options it sends what is missing, and only that.
+    again = replay(
+        sample,
+        bootstrap=kafka_bootstrap,
+        topic=topic,
+        options=ReplayOptions(limit=2500, resume=first.run_id),
+        progress=False,
+    )
+    assert again.already_present == 1000 and again.produced == again.acknowledged == 1500
+    consumed = records_of(consume_all(kafka_bootstrap, topic))
+    assert sort_records(consumed).equals(sort_records(table_of(sample).slice(0, 2500)))
+
+
+@pytest.mark.kafka
 def test_damaged_files_keep_every_good_packet(kafka_bootstrap: str, sample: Path, tmp_path: Path) -> None:
     data = sample.read_bytes()
     offset, k = 24, 0
@@ -385,7 +453,8 @@ def test_cli_json_summary(kafka_bootstrap: str, sample: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["produced"] == out["acknowledged"] == out["read"] == 3000 and out["messages"] == 12
+    assert out["produced"] == out["acknowledged"] == out["read"] == 3000
+    assert out["messages"] == 12 + out["control_messages"] and out["control_messages"] >= 1
     assert out["compression"] == "lz4" and out["interrupted"] is False and out["skipped"] == {}
 
 
@@ -411,4 +480,19 @@ def test_signal_flushes_and_closes(kafka_bootstrap: str, sample: Path, sig: sign
     summary = json.loads(out)
     assert summary["interrupted"] is True and 0 < summary["produced"] < 3000
     assert summary["produced"] == summary["acknowledged"]
-    assert records_of(consume_all(kafka_bootstrap, topic)).num_rows == summary["produced"]
+    messages = consume_all(kafka_bootstrap, topic)
+    assert records_of(messages).num_rows == summary["produced"]
+    assert not any(is_control(m.headers) for m in messages)  # an interrupted replay stays open
+    # --resume RUN_ID continues it: every record of the capture once, then the closing watermark.
+    res = CliRunner().invoke(
+        cli,
+        ["replay", str(sample), "--topic", topic, "--resume", summary["run_id"], "--json", "-q"],
+        env={"NETMON_BOOTSTRAP_SERVERS": kafka_bootstrap, "NETMON_CONFIG": None},
+    )
+    assert res.exit_code == 0, res.output
+    resumed = json.loads(res.output)
+    assert resumed["already_present"] == summary["produced"]
+    assert resumed["produced"] == resumed["acknowledged"] == 3000 - summary["produced"]
+    messages = consume_all(kafka_bootstrap, topic)
+    assert sort_records(records_of(messages)).equals(sort_records(table_of(sample)))
+    assert resumed["control_messages"] >= 1 and is_control(messages[-1].headers)

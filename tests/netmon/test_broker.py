@@ -49,6 +49,7 @@ def test_stop_when_stopped_is_harmless(netmon_config, tmp_path) -> None:
     cfg = netmon_config.replace(paths={"state_dir": tmp_path / "state"})
     broker = LocalBroker(cfg)
     assert broker.stop() == "not running"
+    assert broker.kill() is None  # (killing a running one: tests/faults)
     assert not broker.status().running
 
 

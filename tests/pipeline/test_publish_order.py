@@ -1,12 +1,21 @@
-"""Result rows leave for Kafka in event-time order, whatever the order of a batch's files."""
+"""Result rows leave for Kafka in event-time order, whatever the order of a batch's files; a file is
+marked published once every row is acknowledged, and the mark is durable."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import uuid
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
-from pipeline.publish import _in_time_order
+from netmon.config import Config
+from netmon.results import COMMITS, checkpoint_dir, result_topic, results_dir
+from pipeline.publish import ResultPublisher, _in_time_order
 
 
 def _t(s: int) -> dt.datetime:
@@ -27,3 +36,107 @@ def test_window_end_wins_over_other_time_columns_and_rows_without_time_keep_thei
     plain = pa.table({"n": [3, 1, 2]})
     assert [r["n"] for r in _in_time_order([plain])] == [3, 1, 2]
     assert _in_time_order([]) == []
+
+
+# --- what is marked published, and how (real broker) ----------------------------------------------
+
+
+def _commit(results: Path, batch_id: int, table: pa.Table) -> None:
+    """A batch as a per-batch kind commits it: ``batch-<id>/part-00000.parquet`` named in ``_commits/``."""
+    target = results / f"batch-{batch_id:06d}"
+    target.mkdir(parents=True)
+    pq.write_table(table, target / "part-00000.parquet")
+    (results / COMMITS).mkdir(exist_ok=True)
+    (results / COMMITS / f"{batch_id}.json").write_text(
+        json.dumps({"batch": batch_id, "files": [f"{target.name}/part-00000.parquet"]})
+    )
+
+
+def _rows(batch: int, n: int) -> pa.Table:
+    return pa.table(
+        {
+            "query": ["q"] * n,
+            "window_end": [_t(batch * 10 + i) for i in range(n)],
+            "packets": [batch * 100 + i for i in range(n)],
+        }
+    )
+
+
+def _published(bootstrap: str, topic: str) -> list[dict]:
+    from tests.ingest.kafka_util import consume_all
+
+    return [json.loads(m.value) for m in consume_all(bootstrap, topic)]
+
+
+@pytest.fixture
+def publish_cfg(netmon_config: Config, kafka_bootstrap: str, tmp_path: Path) -> Config:
+    tag = uuid.uuid4().hex[:8]
+    return netmon_config.replace(
+        paths={"data_dir": tmp_path / "data"},
+        kafka={"bootstrap_servers": kafka_bootstrap, "results_topic_prefix": f"test.publish.{tag}."},
+    )
+
+
+@pytest.mark.kafka
+def test_a_file_is_marked_published_only_when_every_row_is_acknowledged(publish_cfg: Config) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    cfg, bootstrap = publish_cfg, publish_cfg.kafka.bootstrap
+    topic = result_topic(cfg, "traffic")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        # A topic that refuses every row: each record batch is larger than max.message.bytes.
+        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": "64"})])
+        results = results_dir(cfg, "traffic")
+        _commit(results, 0, _rows(0, 3))
+        publisher = ResultPublisher(cfg, ("traffic",))
+        try:
+            assert publisher.publish() == 0
+            assert publisher._done("traffic") == set()  # not marked: retried at the next poll
+            # The broker takes rows again: the retry publishes the file, then nothing more.
+            admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": "1048588"})]
+            )
+            assert publisher.publish() == 3
+            assert publisher.publish() == 0
+            rows = _published(bootstrap, topic)
+            assert sorted(r["packets"] for r in rows) == [0, 1, 2]  # exactly once
+            # A later batch's file has the same name in its own directory: published too, once.
+            _commit(results, 1, _rows(1, 2))
+            assert publisher.publish() == 2 and publisher.publish() == 0
+        finally:
+            publisher.close()
+    finally:
+        admin.close()
+    assert sorted(r["packets"] for r in _published(bootstrap, topic)) == [0, 1, 2, 100, 101]
+    assert publisher._done("traffic") == {
+        "batch-000000/part-00000.parquet",
+        "batch-000001/part-00000.parquet",
+    }
+
+
+def test_the_mark_is_fsynced_before_and_after_the_rename(
+    publish_cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def spy_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def spy_replace(src: object, dst: object) -> None:
+        events.append(("replace", str(dst)))
+        replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    publisher = ResultPublisher(publish_cfg, ("traffic",))
+    publisher._mark("traffic", {"a.parquet"})
+    state = checkpoint_dir(publish_cfg, "publish")
+    assert events == [
+        ("fsync", str(state / "traffic.json.tmp")),
+        ("replace", str(state / "traffic.json")),
+        ("fsync", str(state)),
+    ]
+    assert publisher._done("traffic") == {"a.parquet"}
