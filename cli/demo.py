@@ -163,6 +163,12 @@ def run_demo(
             partitions=dcfg.kafka.partitions,
             progress=True,
         )
+        if summary.broker_error:
+            # The replay stopped at the first unacknowledged message (netmon replay --resume continues).
+            raise RuntimeError(
+                f"replay: the broker failed after {summary.acknowledged:,} acknowledged packets: "
+                f"{summary.broker_error}"
+            )
         expected = int(summary.acknowledged)
         _say(f"replay: {expected:,} packets acknowledged by Kafka; waiting for the pipeline...")
         deadline = time.monotonic() + timeout_s
