@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from netmon.records import ARROW_SCHEMA
+from netmon.records import ARROW_SCHEMA, RECORD_COLUMNS
 
 __all__ = [
     "MAX_TS_NS",
@@ -98,16 +98,9 @@ MAX_TS_NS = 7_258_118_400 * 10**9
 MAX_WIRE_LEN = 2**32 - 1
 
 #: The fields read from the transport header (``decode_headers(..., transport=False)`` skips them).
-TRANSPORT_FIELDS = (
-    "src_port",
-    "dst_port",
-    "tcp_flags",
-    "tcp_seq",
-    "tcp_ack",
-    "tcp_window",
-    "icmp_type",
-    "icmp_code",
-)
+TRANSPORT_FIELDS: tuple[str, ...] = RECORD_COLUMNS[
+    RECORD_COLUMNS.index("src_port") : RECORD_COLUMNS.index("vlan")
+]
 
 _VLAN_TYPES = (0x8100, 0x88A8, 0x9100)
 _MAX_VLAN_TAGS = 8

@@ -7,18 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.parse import bench_parse, write_synthetic_pcap
-from ingest import ReadSummary, read_records
-from netmon.records import ARROW_SCHEMA
-from tests.ingest.conftest import assert_records_equal, netmon_records, scapy_file_records
-
-
-def read_all(path: Path, **kwargs: object) -> tuple[list[dict], ReadSummary]:
-    """Every record of ``path`` as dicts (as ``tests/ingest/test_readers.py`` reads them)."""
-    reader = read_records(path, **kwargs)
-    batches = list(reader)
-    for batch in batches:
-        assert batch.schema.equals(ARROW_SCHEMA, check_metadata=True)
-    return netmon_records(batches), reader.summary
+from tests.ingest.conftest import assert_records_equal, scapy_file_records
+from tests.ingest.test_readers import read_all
 
 
 def test_synthetic_benchmark_capture_matches_scapy_and_bench_runs(tmp_path: Path) -> None:
