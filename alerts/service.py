@@ -137,9 +137,12 @@ class AlertService:
         from kafka import KafkaConsumer
 
         from netmon.kafka_admin import ensure_topic
+        from netmon.kafka_security import client_options
 
+        # [kafka] authentication and TLS (ConfigError when the password variable is unset)
+        security = client_options(self.cfg.kafka)
         for topic in self._topics:
-            ensure_topic(self.cfg.kafka.bootstrap, topic, self.cfg.kafka.partitions)
+            ensure_topic(self.cfg.kafka.bootstrap, topic, self.cfg.kafka.partitions, security=security)
         instance = hashlib.blake2b(str(Path(self.cfg.paths.state_dir).resolve()).encode(), digest_size=6)
         self._consumer = KafkaConsumer(
             bootstrap_servers=self.cfg.kafka.bootstrap,
@@ -149,6 +152,7 @@ class AlertService:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=500,
+            **security,
         )
         self._consumer.subscribe(sorted(self._topics), listener=_SeekToOutbox(self))
         return self

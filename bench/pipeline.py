@@ -48,7 +48,9 @@ def _lag(cfg: Any, query: Any) -> int | None:
 
         read = json.loads(read)
     done = {int(p): int(o) for p, o in (read.get(cfg.kafka.packets_topic) or {}).items()}
-    consumer = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap)
+    from netmon.kafka_security import client_options
+
+    consumer = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap, **client_options(cfg.kafka))
     try:
         parts = [TopicPartition(cfg.kafka.packets_topic, p) for p in range(cfg.kafka.partitions)]
         ends = consumer.end_offsets(parts)

@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -140,6 +140,10 @@ class PacketProducer:
         Create ``topic`` when it does not exist.
     client_id
         Kafka client id.
+    security
+        The cluster's authentication and TLS options,
+        ``netmon.kafka_security.client_options(cfg.kafka)`` (none: PLAINTEXT). A refused TLS
+        handshake or SASL login raises :class:`BrokerUnavailable` naming the reason.
 
     Examples
     --------
@@ -166,6 +170,7 @@ class PacketProducer:
         max_pending: int = 256,
         create_topic: bool = True,
         client_id: str = "netmon-ingest",
+        security: Mapping[str, Any] | None = None,
     ) -> None:
         if partitions < 1 or replication < 1:
             raise ValueError(f"partitions and replication must be >= 1, got {partitions}, {replication}")
@@ -184,6 +189,7 @@ class PacketProducer:
         # kafka-python requires delivery >= linger + request timeout: a shorter one is raised to that.
         self.delivery_timeout_s = max(delivery_timeout_s, (linger_ms + self._request_timeout_ms) / 1000)
         self.max_pending = max_pending
+        self._security = dict(security or {})  # holds the SASL password: never logged or shown
         self.counts = ProducerCounts()
         self._lock = threading.Lock()
         self._pending: deque[Any] = deque()
@@ -205,12 +211,19 @@ class PacketProducer:
         """Create the topic if it does not exist; return whether this call created it."""
         from kafka.errors import KafkaError, KafkaTimeoutError
 
-        from netmon.kafka_admin import ensure_topic
+        from netmon.kafka_admin import KafkaSecurityError, ensure_topic
 
         try:
             created = ensure_topic(
-                self.bootstrap, self.topic, self.partitions, self.replication, timeout_s=self.timeout_s
+                self.bootstrap,
+                self.topic,
+                self.partitions,
+                self.replication,
+                timeout_s=self.timeout_s,
+                security=self._security,
             )
+        except KafkaSecurityError as exc:
+            raise BrokerUnavailable(str(exc.args[0])) from None
         except (KafkaTimeoutError, OSError) as exc:
             raise self._unavailable(f"topic {self.topic!r} not created", exc) from None
         except KafkaError as exc:
@@ -225,6 +238,8 @@ class PacketProducer:
         from kafka import KafkaProducer
         from kafka.errors import KafkaTimeoutError
         from kafka.record import util
+
+        from netmon.kafka_admin import security_failure
 
         global _CRC_WARNED
         if util.crc32c_c is None and not _CRC_WARNED:
@@ -250,8 +265,12 @@ class PacketProducer:
                 max_block_ms=ms,
                 request_timeout_ms=self._request_timeout_ms,
                 delivery_timeout_ms=int(self.delivery_timeout_s * 1000),
+                **self._security,
             )
         except (KafkaTimeoutError, OSError) as exc:
+            refused = security_failure(self.bootstrap, self._security, self.timeout_s)
+            if refused is not None:
+                raise BrokerUnavailable(str(refused.args[0])) from None
             raise self._unavailable("no answer to the producer's bootstrap", exc) from None
 
     # --- sending -----------------------------------------------------------------------------

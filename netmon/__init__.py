@@ -5,7 +5,8 @@
 record (Arrow schema, wire-format name and Spark DDL); ``filters`` the filter-expression grammar
 over records; ``results`` the results format (result directories and topics, commit logs,
 ``read_results``); ``logs`` quiet, structured logging; ``jvm_deps`` the JVM jars from Maven
-Central; ``broker`` the local KRaft Kafka broker; ``kafka_admin`` topic helpers.
+Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
+helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets.
 
 Every other package (``ingest``, ``analytics``, ``pipeline``, ``alerts``, ``dashboard``, ``bench``)
 stands on this one; the command line (``cli``) is the top floor (``README.md``, "Architecture").
@@ -20,6 +21,7 @@ __all__ = [
     "filters",
     "jvm_deps",
     "kafka_admin",
+    "kafka_security",
     "logs",
     "records",
     "results",

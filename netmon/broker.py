@@ -5,32 +5,65 @@
 ``data/`` (formatted on first start with ``kafka.tools.StorageTool format --standalone``),
 ``logs/server.log`` (log4j2), ``broker.out`` (the JVM's stdout/stderr) and ``broker.pid``.
 The broker listens on 127.0.0.1 unless ``[kafka] host`` says otherwise.
+
+``start(secure=True)`` (``netmon broker start --secure``, docs/security.md) replaces the plaintext
+listener with SASL_SSL: TLS with a self-signed certificate made by Java's ``keytool`` into
+``<state_dir>/kafka/secure/`` (``ca.pem`` is what clients trust), and SASL authentication of one
+user whose password is read from an environment variable at each start — ``[kafka]
+sasl_username`` and ``sasl_password_env`` when the configuration already uses SASL, else ``netmon``
+and ``NETMON_KAFKA_PASSWORD`` — with the mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. The
+controller listener authenticates the same way (SASL_SSL, PLAIN). ``server.properties`` then holds
+the password: it is written mode 0600.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from netmon.config import Config
+from netmon.config import Config, ConfigError, KafkaConfig
 from netmon.jvm_deps import ensure_jars
+from netmon.kafka_security import client_options, jaas_config, jaas_quote, password
 
-__all__ = ["BrokerError", "BrokerStatus", "LocalBroker", "list_topics", "wait_for_metadata"]
+__all__ = [
+    "DEFAULT_PASSWORD_ENV",
+    "DEFAULT_USER",
+    "BrokerError",
+    "BrokerStatus",
+    "LocalBroker",
+    "list_topics",
+    "wait_for_metadata",
+]
 
 log = logging.getLogger(__name__)
+
+#: the secure broker's user when ``[kafka] sasl_username`` is empty
+DEFAULT_USER = "netmon"
+#: the variable holding its password when ``[kafka] sasl_password_env`` is empty
+DEFAULT_PASSWORD_ENV = "NETMON_KAFKA_PASSWORD"
+#: SASL mechanisms the secure broker offers (PLAIN from server.properties, SCRAM from its metadata)
+SECURE_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: days the self-signed certificate of ``--secure`` is valid; a start makes a new one when fewer than
+#: ``CERT_RENEW_DAYS`` are left, or when ``[kafka] host`` changed (or ``secure/`` was deleted)
+CERT_DAYS = 825
+CERT_RENEW_DAYS = 30
 
 
 class BrokerError(RuntimeError):
@@ -45,12 +78,15 @@ class BrokerStatus:
     pid: int | None = None
     topics: list[str] = field(default_factory=list)
     state_dir: str = ""
+    #: the client listener's protocol: PLAINTEXT, or SASL_SSL (``start(secure=True)``)
+    security_protocol: str = "PLAINTEXT"
 
     def line(self) -> str:
         if not self.running:
             return f"stopped (port {self.port}, state {self.state_dir})"
         topics = ", ".join(self.topics) if self.topics else "none"
-        return f"running pid {self.pid} on {self.host}:{self.port}; topics: {topics}"
+        secure = "" if self.security_protocol == "PLAINTEXT" else f" ({self.security_protocol})"
+        return f"running pid {self.pid} on {self.host}:{self.port}{secure}; topics: {topics}"
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -78,8 +114,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def list_topics(bootstrap: str, timeout_s: float = 5.0) -> list[str]:
-    """Topic names, through a real metadata request (kafka-python's admin client)."""
+def list_topics(
+    bootstrap: str, timeout_s: float = 5.0, *, security: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Topic names, through a real metadata request (kafka-python's admin client).
+
+    ``security``: :func:`netmon.kafka_security.client_options` of the cluster (none: PLAINTEXT).
+    """
     from kafka.admin import KafkaAdminClient
 
     admin = KafkaAdminClient(
@@ -87,6 +128,7 @@ def list_topics(bootstrap: str, timeout_s: float = 5.0) -> list[str]:
         request_timeout_ms=int(timeout_s * 1000),
         bootstrap_timeout_ms=int(timeout_s * 1000),
         client_id="netmon-status",
+        **(security or {}),
     )
     try:
         return sorted(t for t in admin.list_topics() if not t.startswith("__"))
@@ -94,13 +136,15 @@ def list_topics(bootstrap: str, timeout_s: float = 5.0) -> list[str]:
         admin.close()
 
 
-def wait_for_metadata(bootstrap: str, timeout_s: float) -> None:
+def wait_for_metadata(bootstrap: str, timeout_s: float, *, security: Mapping[str, Any] | None = None) -> None:
     """Return once a metadata request to ``bootstrap`` is answered; raise ``TimeoutError`` otherwise."""
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            list_topics(bootstrap, timeout_s=min(5.0, max(1.0, deadline - time.monotonic())))
+            list_topics(
+                bootstrap, timeout_s=min(5.0, max(1.0, deadline - time.monotonic())), security=security
+            )
             return
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
             last = exc
@@ -119,26 +163,71 @@ class LocalBroker:
         self.pid_file = self.home / "broker.pid"
         self.out_file = self.home / "broker.out"
         self.properties = self.home / "server.properties"
+        #: ``--secure``: the broker's keystore and the certificate clients trust (``ca.pem``)
+        self.secure_dir = self.home / "secure"
+        self.ca_file = self.secure_dir / "ca.pem"
+        self._keystore = self.secure_dir / "broker.p12"
+        self._keystore_pass = self.secure_dir / "keystore-password"
+        self._cert_info = self.secure_dir / "certificate.json"
 
     # -- queries -------------------------------------------------------------------------------
     @property
     def bootstrap(self) -> str:
         return f"{self.cfg.kafka.host}:{self.cfg.kafka.port}"
 
-    def pid(self) -> int | None:
+    def _pid_info(self) -> dict[str, Any]:
         try:
             info = json.loads(self.pid_file.read_text())
         except (FileNotFoundError, ValueError):
-            return None
-        pid = int(info.get("pid", 0))
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def pid(self) -> int | None:
+        pid = int(self._pid_info().get("pid", 0))
         return pid if pid > 0 and _pid_alive(pid) else None
+
+    def secure(self) -> bool:
+        """The running broker was started with ``secure=True`` (SASL_SSL)."""
+        return self.pid() is not None and bool(self._pid_info().get("secure"))
+
+    @property
+    def user(self) -> str:
+        """The secure broker's SASL user: ``[kafka] sasl_username`` when the configuration uses
+        SASL, else :data:`DEFAULT_USER`."""
+        return self.cfg.kafka.sasl_username if self.cfg.kafka.sasl else DEFAULT_USER
+
+    @property
+    def password_env(self) -> str:
+        """The variable holding its password: ``[kafka] sasl_password_env`` when the configuration
+        uses SASL, else :data:`DEFAULT_PASSWORD_ENV`."""
+        return self.cfg.kafka.sasl_password_env if self.cfg.kafka.sasl else DEFAULT_PASSWORD_ENV
+
+    def client_kafka(self, mechanism: str | None = None) -> KafkaConfig:
+        """The ``[kafka]`` section a client of the secure broker needs: SASL_SSL, its user and
+        password variable, ``ca.pem`` as the CA file, and ``mechanism`` (default: ``[kafka]
+        sasl_mechanism``). The certificate must exist (``start(secure=True)`` makes it)."""
+        return dataclasses.replace(
+            self.cfg.kafka,
+            security_protocol="SASL_SSL",
+            sasl_mechanism=mechanism or self.cfg.kafka.sasl_mechanism,
+            sasl_username=self.user,
+            sasl_password_env=self.password_env,
+            ssl_cafile=str(self.ca_file),
+            ssl_certfile="",
+            ssl_keyfile="",
+        )
+
+    def _security(self, secure: bool) -> dict[str, Any]:
+        """kafka-python options for this broker's own checks (PLAIN: it works before SCRAM is set)."""
+        return client_options(self.client_kafka("PLAIN")) if secure else {}
 
     def status(self, *, with_topics: bool = True) -> BrokerStatus:
         pid = self.pid()
+        secure = pid is not None and bool(self._pid_info().get("secure"))
         topics: list[str] = []
         if pid and with_topics:
             with contextlib.suppress(Exception):
-                topics = list_topics(self.bootstrap, timeout_s=3.0)
+                topics = list_topics(self.bootstrap, timeout_s=3.0, security=self._security(secure))
         return BrokerStatus(
             running=pid is not None,
             host=self.cfg.kafka.host,
@@ -146,14 +235,26 @@ class LocalBroker:
             pid=pid,
             topics=topics,
             state_dir=str(self.home),
+            security_protocol="SASL_SSL" if secure else "PLAINTEXT",
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> BrokerStatus:
-        """Start the broker and return once it answers a metadata request. Harmless if running."""
+    def start(self, *, secure: bool = False) -> BrokerStatus:
+        """Start the broker and return once it answers a metadata request. Harmless if running
+        (with the same ``secure``).
+
+        ``secure``: a SASL_SSL listener instead of PLAINTEXT (module docstring); the password
+        variable must be set, else :class:`BrokerError` names it.
+        """
         k = self.cfg.kafka
+        secret = self._password() if secure else None
         if self.pid() is not None:
-            wait_for_metadata(self.bootstrap, k.start_timeout_s)
+            if self.secure() != secure:
+                running = "with --secure" if self.secure() else "without --secure"
+                raise BrokerError(
+                    f"the broker is already running {running}; stop it first (netmon broker stop)"
+                )
+            wait_for_metadata(self.bootstrap, k.start_timeout_s, security=self._security(secure))
             return self.status()
         java = shutil.which("java")
         if java is None:
@@ -167,7 +268,9 @@ class LocalBroker:
         classpath = ensure_jars(self.cfg.paths.cache_dir, "broker").classpath
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
-        self._write_properties()
+        if secret is not None:
+            self._ensure_certificate(java)
+        self._write_properties(secret)
         jvm = self._jvm_args(java, classpath)
         if not (self.data_dir / "meta.properties").exists():
             self._format(jvm)
@@ -179,18 +282,26 @@ class LocalBroker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal must not kill the broker mid-write
             )
-        self.pid_file.write_text(json.dumps({"pid": proc.pid, "port": k.port, "host": k.host}))
+        info = {"pid": proc.pid, "port": k.port, "host": k.host, "secure": secure}
+        self.pid_file.write_text(json.dumps(info))
         deadline = time.monotonic() + k.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
                 raise BrokerError(f"Kafka broker exited at start (code {proc.returncode}): {self._reason()}")
             try:
-                wait_for_metadata(self.bootstrap, 2.0)
-                log.info("broker started", extra={"pid": proc.pid, "bootstrap": self.bootstrap})
-                return self.status()
+                wait_for_metadata(self.bootstrap, 2.0, security=self._security(secure))
             except TimeoutError:
                 continue
+            if secret is not None:
+                try:
+                    self._add_scram_credentials(secret)
+                except BaseException:
+                    self._terminate(proc.pid, 10.0)
+                    self.pid_file.unlink(missing_ok=True)
+                    raise
+            log.info("broker started", extra={"pid": proc.pid, "bootstrap": self.bootstrap, "secure": secure})
+            return self.status()
         self._terminate(proc.pid, 10.0)
         self.pid_file.unlink(missing_ok=True)
         raise BrokerError(f"Kafka broker did not answer within {k.start_timeout_s:.0f}s: {self._reason()}")
@@ -262,17 +373,20 @@ class LocalBroker:
             classpath,
         ]
 
-    def _write_properties(self) -> None:
+    def _write_properties(self, secret: str | None = None) -> None:
+        """``server.properties`` (mode 0600); ``secret``: the secure broker's password (SASL_SSL)."""
         k = self.cfg.kafka
+        listener = "PLAINTEXT" if secret is None else "SASL_SSL"
+        controller = "PLAINTEXT" if secret is None else "SASL_SSL"
         lines = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"{k.host}:{k.controller_port}",
-            "listeners": f"PLAINTEXT://{k.host}:{k.port},CONTROLLER://{k.host}:{k.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{k.host}:{k.port}",
+            "listeners": f"{listener}://{k.host}:{k.port},CONTROLLER://{k.host}:{k.controller_port}",
+            "advertised.listeners": f"{listener}://{k.host}:{k.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": listener,
+            "listener.security.protocol.map": f"CONTROLLER:{controller},{listener}:{listener}",
             "log.dirs": str(self.data_dir),
             "num.partitions": str(k.partitions),
             "num.recovery.threads.per.data.dir": "1",
@@ -289,7 +403,156 @@ class LocalBroker:
             "log.retention.bytes": str(1 << 30),
             "log.segment.bytes": str(128 << 20),
         }
-        self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+        if secret is not None:
+            lines |= self._secure_properties(secret)
+        text = "".join(f"{key}={_escape(value)}\n" for key, value in lines.items())
+        # Written to a new file created 0600: the secure broker's password is in it.
+        tmp = self.properties.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(text)
+        os.replace(tmp, self.properties)
+
+    # -- --secure ------------------------------------------------------------------------------
+    def _password(self) -> str:
+        """The secure broker's password, from its environment variable (BrokerError if unset)."""
+        if re.fullmatch(r"[A-Za-z0-9._-]+", self.user) is None:
+            raise BrokerError(
+                f"[kafka] sasl_username {self.user!r}: the local broker takes letters, digits, '.', '_' "
+                "and '-' only"
+            )
+        try:
+            return str(password(self._sasl_kafka()))
+        except ConfigError:
+            raise BrokerError(
+                f"netmon broker start --secure: set the environment variable {self.password_env} to "
+                "the password of the broker's user (docs/security.md)"
+            ) from None
+
+    def _sasl_kafka(self) -> KafkaConfig:
+        """The user and password variable of :meth:`client_kafka`, without the CA file (it may not
+        exist yet)."""
+        return dataclasses.replace(
+            self.cfg.kafka,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_username=self.user,
+            sasl_password_env=self.password_env,
+            ssl_cafile="",
+            ssl_certfile="",
+            ssl_keyfile="",
+        )
+
+    def _secure_properties(self, secret: str) -> dict[str, str]:
+        """SASL_SSL on the client and controller listeners: one user, PLAIN and SCRAM, TLS."""
+        # The PLAIN server module: its own login (inter-broker, controller) and its users as
+        # user_<name>="<password>" options.
+        plain = jaas_config("PLAIN", self.user, secret).removesuffix(";")
+        plain += f" user_{self.user}={jaas_quote(secret)};"
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        keystore_password = self._keystore_pass.read_text().strip()
+        props = {
+            "sasl.enabled.mechanisms": ",".join(SECURE_MECHANISMS),
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self._keystore),
+            "ssl.keystore.password": keystore_password,
+            "ssl.key.password": keystore_password,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+            "ssl.client.auth": "none",
+        }
+        for mechanism in SECURE_MECHANISMS[1:]:
+            props[f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config"] = scram
+        return props
+
+    def _ensure_certificate(self, java: str) -> None:
+        """A self-signed certificate for ``[kafka] host`` in a PKCS12 keystore, made once with Java's
+        ``keytool`` (again when the host changed or a file is missing); ``ca.pem`` is its PEM copy."""
+        host = self.cfg.kafka.host
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            made = json.loads(self._cert_info.read_text())
+            fresh = float(made.get("until", 0)) - time.time() > CERT_RENEW_DAYS * 86400
+            if made.get("host") == host and fresh and self._keystore.is_file() and self.ca_file.is_file():
+                return
+        keytool = Path(java).resolve().parent / "keytool"
+        if not keytool.is_file():
+            found = shutil.which("keytool")
+            if found is None:
+                raise BrokerError(
+                    "keytool not found (it comes with Java): --secure makes its certificate with it"
+                )
+            keytool = Path(found)
+        self.secure_dir.mkdir(parents=True, exist_ok=True)
+        self.secure_dir.chmod(0o700)
+        for path in (self._keystore, self.ca_file, self._cert_info):
+            path.unlink(missing_ok=True)
+        keystore_password = secrets.token_urlsafe(24)
+        fd = os.open(self._keystore_pass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(keystore_password)
+        names = {"ip:127.0.0.1", "dns:localhost"}
+        names.add(f"ip:{host}" if _is_ip(host) else f"dns:{host}")
+        # The password goes through the environment (-storepass:env), never the command line.
+        env = {**os.environ, "NETMON_KEYSTORE_PASSWORD": keystore_password}
+        store = [
+            "-keystore",
+            str(self._keystore),
+            "-storetype",
+            "PKCS12",
+            "-storepass:env",
+            "NETMON_KEYSTORE_PASSWORD",
+        ]
+        commands = [
+            [
+                "-genkeypair",
+                "-alias",
+                "broker",
+                "-keyalg",
+                "RSA",
+                "-keysize",
+                "2048",
+                "-validity",
+                str(CERT_DAYS),
+                "-dname",
+                "CN=netmon local Kafka broker",
+                "-ext",
+                "SAN=" + ",".join(sorted(names)),
+                "-ext",
+                "BC:c=ca:true,pathlen:0",
+                *store,
+            ],
+            ["-exportcert", "-rfc", "-alias", "broker", "-file", str(self.ca_file), *store],
+        ]
+        for args in commands:
+            proc = subprocess.run([str(keytool), *args], capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                detail = (proc.stderr or proc.stdout).strip().splitlines()
+                raise BrokerError(f"keytool {args[0]} failed: {detail[-1] if detail else proc.returncode}")
+        self._keystore.chmod(0o600)
+        self._cert_info.write_text(json.dumps({"host": host, "until": time.time() + CERT_DAYS * 86400}))
+        log.info("broker certificate made", extra={"ca_file": str(self.ca_file), "host": host})
+
+    def _add_scram_credentials(self, secret: str) -> None:
+        """Give the user SCRAM-SHA-256 and -512 credentials (the broker keeps them in its metadata)
+        with the current password, over the PLAIN login that server.properties provides."""
+        from kafka.admin import KafkaAdminClient, UserScramCredentialUpsertion
+
+        admin = KafkaAdminClient(
+            bootstrap_servers=self.bootstrap, client_id="netmon-broker", **self._security(True)
+        )
+        try:
+            for mechanism in SECURE_MECHANISMS[1:]:  # one per request: the broker refuses two for a user
+                upsert = UserScramCredentialUpsertion(self.user, mechanism, secret)
+                error = admin.alter_user_scram_credentials([upsert]).get(self.user)
+                if error:
+                    raise BrokerError(f"setting the {mechanism} credentials of {self.user!r} failed: {error}")
+        finally:
+            admin.close()
 
     def _format(self, jvm: list[str]) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -319,3 +582,34 @@ class LocalBroker:
             if found:
                 return found[-1].strip()[:300]
         return f"see {self.out_file} and {self.logs_dir / 'server.log'}"
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _escape(value: str) -> str:
+    """A Java ``.properties`` value (read as ISO-8859-1): backslashes, line breaks, leading spaces
+    and every character outside printable ASCII escaped."""
+    out = []
+    for i, c in enumerate(value):
+        if c == "\\":
+            out.append("\\\\")
+        elif c == " " and i == 0:
+            out.append("\\ ")
+        elif " " <= c <= "~":
+            out.append(c)
+        else:
+            out.extend(f"\\u{unit:04x}" for unit in _utf16(c))
+    return "".join(out)
+
+
+def _utf16(c: str) -> list[int]:
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]

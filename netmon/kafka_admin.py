@@ -1,41 +1,85 @@
-"""Small Kafka admin helpers (kafka-python 3.x): check a broker answers, create or reset a topic."""
+"""Small Kafka admin helpers (kafka-python 3.x): check a broker answers, create or reset a topic.
+
+Each takes ``security``: the cluster's :func:`netmon.kafka_security.client_options` (``[kafka]``
+authentication and TLS; none: PLAINTEXT).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
-__all__ = ["KafkaUnreachable", "check_reachable", "close_producer", "ensure_topic", "recreate_topic"]
+from netmon.kafka_security import diagnose
+
+__all__ = [
+    "KafkaSecurityError",
+    "KafkaUnreachable",
+    "check_reachable",
+    "close_producer",
+    "ensure_topic",
+    "recreate_topic",
+    "security_failure",
+]
 
 
 class KafkaUnreachable(RuntimeError):
     """No broker at the bootstrap servers answered a metadata request in time (one-line message)."""
 
 
-def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+class KafkaSecurityError(KafkaError):
+    """The broker refused the client's TLS handshake or SASL login; the message says which and why."""
+
+
+def security_failure(
+    bootstrap: str, security: Mapping[str, Any] | None, timeout_s: float = 5.0
+) -> KafkaSecurityError | None:
+    """After a secured client got no answer: the refusal that explains it, if one is found (none
+    for PLAINTEXT clients, which the plain timeout describes)."""
+    if not security:
+        return None
+    reason = diagnose(bootstrap, security, timeout_s=min(timeout_s, 5.0))
+    return KafkaSecurityError(reason) if reason else None
+
+
+def check_reachable(
+    bootstrap: str, timeout_s: float = 5.0, *, security: Mapping[str, Any] | None = None
+) -> None:
     """Return once a broker at ``bootstrap`` answers a metadata request; else raise
     :class:`KafkaUnreachable` (within about ``timeout_s``: connecting and one request)."""
     try:
-        admin = _admin(bootstrap, timeout_s)
+        admin = _admin(bootstrap, timeout_s, security)
         try:
             admin.list_topics()
         finally:
             admin.close()
+    except KafkaSecurityError as exc:
+        raise KafkaUnreachable(str(exc.args[0])) from None
     except (KafkaError, OSError) as exc:
         raise KafkaUnreachable(
             f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s ({type(exc).__name__})"
         ) from None
 
 
-def _admin(bootstrap: str, timeout_s: float) -> KafkaAdminClient:
+def _admin(bootstrap: str, timeout_s: float, security: Mapping[str, Any] | None = None) -> KafkaAdminClient:
     ms = int(timeout_s * 1000)
-    return KafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms, client_id="netmon-admin"
-    )
+    try:
+        return KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=ms,
+            bootstrap_timeout_ms=ms,
+            client_id="netmon-admin",
+            **(security or {}),
+        )
+    except KafkaError:  # kafka-python says only "Unable to bootstrap": find out why
+        refused = security_failure(bootstrap, security, timeout_s)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def close_producer(producer: Any, timeout_s: float) -> bool:
@@ -60,10 +104,16 @@ def close_producer(producer: Any, timeout_s: float) -> bool:
 
 
 def ensure_topic(
-    bootstrap: str, topic: str, partitions: int = 2, replication: int = 1, timeout_s: float = 10
+    bootstrap: str,
+    topic: str,
+    partitions: int = 2,
+    replication: int = 1,
+    timeout_s: float = 10,
+    *,
+    security: Mapping[str, Any] | None = None,
 ) -> bool:
     """Create ``topic`` if missing; True when it was created."""
-    admin = _admin(bootstrap, timeout_s)
+    admin = _admin(bootstrap, timeout_s, security)
     try:
         if topic in admin.list_topics():
             return False
@@ -81,10 +131,16 @@ def ensure_topic(
 
 
 def recreate_topic(
-    bootstrap: str, topic: str, partitions: int = 2, replication: int = 1, timeout_s: float = 30
+    bootstrap: str,
+    topic: str,
+    partitions: int = 2,
+    replication: int = 1,
+    timeout_s: float = 30,
+    *,
+    security: Mapping[str, Any] | None = None,
 ) -> None:
     """Delete ``topic`` (if present) and create it empty."""
-    admin = _admin(bootstrap, 10)
+    admin = _admin(bootstrap, 10, security)
     deadline = time.monotonic() + timeout_s
     try:
         if topic in admin.list_topics():

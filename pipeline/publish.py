@@ -138,10 +138,15 @@ class ResultPublisher:
             from kafka import KafkaProducer
 
             from netmon.kafka_admin import ensure_topic
+            from netmon.kafka_security import client_options
 
+            security = client_options(self.cfg.kafka)  # [kafka] authentication and TLS
             for kind in self.kinds:
                 ensure_topic(
-                    self.cfg.kafka.bootstrap, result_topic(self.cfg, kind), self.cfg.kafka.partitions
+                    self.cfg.kafka.bootstrap,
+                    result_topic(self.cfg, kind),
+                    self.cfg.kafka.partitions,
+                    security=security,
                 )
             self._producer = KafkaProducer(
                 bootstrap_servers=self.cfg.kafka.bootstrap,
@@ -150,6 +155,7 @@ class ResultPublisher:
                 client_id="netmon-results",
                 # a broker that stopped answering must not block the driver's poll for long
                 max_block_ms=10_000,
+                **security,
             )
         return self._producer
 

@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from netmon.config import Config
+from netmon.kafka_security import spark_options
 from netmon.records import SPARK_DDL, WIRE_FORMAT, WIRE_VERSION
 
 __all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "read_packets"]
@@ -27,7 +28,12 @@ def _header(name: str) -> Column:
 
 
 def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) -> DataFrame:
-    """Raw Kafka records of the packets topic, from the earliest offset on a fresh checkpoint."""
+    """Raw Kafka records of the packets topic, from the earliest offset on a fresh checkpoint.
+
+    ``[kafka]`` authentication and TLS become the source's ``kafka.*`` security options
+    (:func:`netmon.kafka_security.spark_options`: the JAAS line with the password, which Spark
+    redacts in its logs, and the PEM truststore).
+    """
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", cfg.kafka.bootstrap)
@@ -37,6 +43,8 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
         # Retention may delete data a stopped pipeline never read: report it, don't fail the job.
         .option("failOnDataLoss", "false")
     )
+    for key, value in spark_options(cfg.kafka).items():
+        reader = reader.option(key, value)
     if cfg.spark.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.spark.max_offsets_per_trigger)
         if cfg.kafka.partitions > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ __all__ = [
     "COMPRESSIONS",
     "JOIN_QUERY_KINDS",
     "RESULT_KINDS",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
     "SHEDDING_STRATEGIES",
     "DashboardConfig",
     "DistinctQuery",
@@ -44,6 +47,10 @@ RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "sheddi
 COMPRESSIONS: tuple[str, ...] = ("lz4", "zstd", "gzip", "snappy", "none")
 #: Smallest unit of a window: Spark's timestamps are microseconds.
 _US = 1_000_000
+#: Kafka's security protocols (``[kafka] security_protocol``): TLS and/or SASL authentication.
+SECURITY_PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The SASL mechanisms netmon's clients speak (``[kafka] sasl_mechanism``).
+SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: The kinds of ``[[queries.join]]`` query (``query = ...``).
 JOIN_QUERY_KINDS = ("handshake", "link")
 #: The streaming join's load-shedding strategies (seed 003 §3.3; ``analytics.join_cost``).
@@ -118,6 +125,21 @@ class KafkaConfig:
     #: JVM heap of the local broker
     heap: str = "512m"
     start_timeout_s: float = 60.0
+    #: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL authentication over TLS); every
+    #: client (producers, consumers, admin, Spark's source) uses it (netmon.kafka_security)
+    security_protocol: str = "PLAINTEXT"
+    #: SASL_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    #: SASL_*: the user name
+    sasl_username: str = ""
+    #: SASL_*: the name of the environment variable holding the password (never the password)
+    sasl_password_env: str = ""
+    #: SSL, SASL_SSL: PEM file of the CA certificates to trust (empty: the system's trust store)
+    ssl_cafile: str = ""
+    #: SSL, SASL_SSL: PEM client certificate chain, for brokers that require one (mutual TLS)
+    ssl_certfile: str = ""
+    #: its PEM private key (PKCS#8, unencrypted); empty when ssl_certfile holds the key too
+    ssl_keyfile: str = ""
 
     def __post_init__(self) -> None:
         where = "[kafka]"
@@ -132,10 +154,78 @@ class KafkaConfig:
             expect(bool(value) and not any(c.isspace() for c in value), where, key, "a topic name", value)
         expect(self.partitions >= 1, where, "partitions", "an integer >= 1", self.partitions)
         positive(where, "start_timeout_s", self.start_timeout_s)
+        self._check_security(where)
+
+    def _check_security(self, where: str) -> None:
+        protocol = self.security_protocol
+        expect(
+            protocol in SECURITY_PROTOCOLS, where, "security_protocol", _one_of(SECURITY_PROTOCOLS), protocol
+        )
+        expect(
+            self.sasl_mechanism in SASL_MECHANISMS,
+            where,
+            "sasl_mechanism",
+            _one_of(SASL_MECHANISMS),
+            self.sasl_mechanism,
+        )
+        sasl, tls = self.sasl, self.tls
+        user, env = self.sasl_username, self.sasl_password_env
+        if sasl:
+            # Quotes and backslashes would have to be escaped in Spark's JAAS line: refused instead.
+            ok = bool(user.strip()) and user.isprintable() and not any(c in user for c in '"\\')
+            expect(ok, where, "sasl_username", f"a user name ({protocol} authenticates)", user)
+            expect(
+                _ENV_NAME.fullmatch(env) is not None,
+                where,
+                "sasl_password_env",
+                f"the name of the environment variable holding the password ({protocol})",
+                env,
+            )
+        else:
+            for key in ("sasl_username", "sasl_password_env"):
+                value = getattr(self, key)
+                expect(
+                    not value,
+                    where,
+                    key,
+                    "empty unless security_protocol is SASL_PLAINTEXT or SASL_SSL",
+                    value,
+                )
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(self, key)
+            if not value:
+                continue
+            expect(tls, where, key, "empty unless security_protocol is SSL or SASL_SSL", value)
+            expect(Path(value).expanduser().is_file(), where, key, "an existing PEM file", value)
+        expect(
+            not self.ssl_keyfile or bool(self.ssl_certfile),
+            where,
+            "ssl_keyfile",
+            "empty unless ssl_certfile is set (the key of that certificate)",
+            self.ssl_keyfile,
+        )
+
+    @property
+    def sasl(self) -> bool:
+        """The clients authenticate with SASL (``SASL_PLAINTEXT`` or ``SASL_SSL``)."""
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        """The clients speak TLS (``SSL`` or ``SASL_SSL``)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
     @property
     def bootstrap(self) -> str:
         return self.bootstrap_servers or f"{self.host}:{self.port}"
+
+
+#: a portable environment variable name
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return f"one of {', '.join(values)}"
 
 
 @dataclass(frozen=True, kw_only=True)

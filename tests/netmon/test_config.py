@@ -353,3 +353,76 @@ def test_loading_the_configuration_imports_no_pyarrow() -> None:
         ).stdout.strip()
         == "False"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[kafka]\nsecurity_protocol = "TLS"\n',
+            "[kafka] security_protocol: expected one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, got 'TLS'",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "GSSAPI"\n',
+            "[kafka] sasl_mechanism: expected one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, got 'GSSAPI'",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_password_env = "PW"\n',
+            "[kafka] sasl_username: expected a user name (SASL_SSL authenticates), got ''",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_username = "ops"\n',
+            "[kafka] sasl_password_env: expected the name of the environment variable holding the password",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_username = "ops"\n'
+            'sasl_password_env = "my password"\n',
+            "[kafka] sasl_password_env: expected the name of the environment variable",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_username = \'a"b\'\nsasl_password_env = "PW"\n',
+            "[kafka] sasl_username: expected a user name",
+        ),
+        (
+            '[kafka]\nsasl_username = "ops"\n',
+            "[kafka] sasl_username: expected empty unless security_protocol is SASL_PLAINTEXT or SASL_SSL",
+        ),
+        (
+            '[kafka]\nssl_cafile = "/etc/hostname"\n',
+            "[kafka] ssl_cafile: expected empty unless security_protocol is SSL or SASL_SSL",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "/nonexistent/ca.pem"\n',
+            "[kafka] ssl_cafile: expected an existing PEM file, got '/nonexistent/ca.pem'",
+        ),
+        (
+            '[kafka]\nsecurity_protocol = "SSL"\nssl_keyfile = "/etc/hostname"\n',
+            "[kafka] ssl_keyfile: expected empty unless ssl_certfile is set",
+        ),
+    ],
+)
+def test_kafka_security_keys_are_checked_at_load_time(tmp_path: Path, text: str, message: str) -> None:
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(toml, env={})
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_kafka_security_keys_load_and_show_no_password(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(
+        '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "PLAIN"\nsasl_username = "ops"\n'
+        f'sasl_password_env = "NETMON_TEST_PW"\nssl_cafile = "{ca}"\n'
+    )
+    cfg = load_config(toml, env={})
+    assert (cfg.kafka.sasl, cfg.kafka.tls) == (True, True)
+    shown = cfg.to_dict()["kafka"]
+    assert shown["sasl_password_env"] == "NETMON_TEST_PW" and shown["ssl_cafile"] == str(ca)
+    assert load_config(None, env={}).kafka.security_protocol == "PLAINTEXT"
+    # the file never holds the password: there is no key for it
+    toml.write_text('[kafka]\nsasl_password = "x"\n')
+    with pytest.raises(ConfigError, match="unknown key 'sasl_password'"):
+        load_config(toml, env={})
