@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from netmon.kafka_security import client_options
+
 __all__ = ["bench_join", "format_report", "query_name", "run_strategies"]
 
 _SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "mixed-small.pcap"
@@ -124,7 +126,9 @@ def _run_strategy(
     from pipeline.job import start_pipeline
     from pipeline.joins import start_controller
 
-    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
+    recreate_topic(
+        cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions, security=client_options(cfg.kafka)
+    )
     start_controller(spark, cfg)
     pipeline = start_pipeline(spark, cfg, kinds=("joins",))
     summary: dict[str, Any] = {}
@@ -144,7 +148,9 @@ def _run_strategy(
 
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap, client_id="netmon-bench-join")
+    consumer = KafkaConsumer(
+        bootstrap_servers=cfg.kafka.bootstrap, client_id="netmon-bench-join", **client_options(cfg.kafka)
+    )
     samples: list[dict[str, Any]] = []
     lag: list[tuple[float, int]] = []
     began = time.monotonic()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netmon.config import Config
+from netmon.kafka_security import client_options
 
 __all__ = ["DemoSummary", "demo_config", "resolve_capture", "run_demo"]
 
@@ -80,7 +81,10 @@ def _start_alerts(dcfg: Config) -> threading.Event:
 
     for kind in dcfg.pipeline.kinds:
         recreate_topic(
-            dcfg.kafka.bootstrap, f"{dcfg.kafka.results_topic_prefix}{kind}", dcfg.kafka.partitions
+            dcfg.kafka.bootstrap,
+            f"{dcfg.kafka.results_topic_prefix}{kind}",
+            dcfg.kafka.partitions,
+            security=client_options(dcfg.kafka),
         )
     group = f"netmon-alerts-demo-{int(time.time())}"
     return AlertService(dcfg, dataclasses.replace(alerts_config(dcfg), group_id=group)).start()
@@ -122,7 +126,12 @@ def run_demo(
         _say(f"broker: {broker.start().line()}")
         if was_running:
             broker = None  # not ours to stop
-    recreate_topic(dcfg.kafka.bootstrap, dcfg.kafka.packets_topic, dcfg.kafka.partitions)
+    recreate_topic(
+        dcfg.kafka.bootstrap,
+        dcfg.kafka.packets_topic,
+        dcfg.kafka.partitions,
+        security=client_options(dcfg.kafka),
+    )
     shutil.rmtree(dcfg.paths.data_dir, ignore_errors=True)
     # The demo's own state (alert outbox, dashboard log); the broker stays in the main state dir.
     shutil.rmtree(dcfg.paths.state_dir, ignore_errors=True)
@@ -162,6 +171,7 @@ def run_demo(
             options=options,
             partitions=dcfg.kafka.partitions,
             progress=True,
+            security=client_options(dcfg.kafka),
         )
         if summary.broker_error:
             # The replay stopped at the first unacknowledged message (netmon replay --resume continues).

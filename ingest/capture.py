@@ -25,7 +25,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -344,6 +344,7 @@ def capture(
     stop: threading.Event | None = None,
     ready: Callable[[], None] | None = None,
     timeout_s: float = 10.0,
+    security: Mapping[str, Any] | None = None,
 ) -> CaptureSummary:
     """Capture on ``options.iface`` and produce the decoded records to ``topic`` until told to stop.
 
@@ -389,6 +390,7 @@ def capture(
             linger_ms=opts.linger_ms,
             partitions=partitions,
             timeout_s=timeout_s,
+            security=security,
         )
         summary.compression = producer.compression
         if opts.write_pcap:

@@ -34,7 +34,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,7 +243,9 @@ def run_start_ns(run_id: str) -> int:
     return int(match.group(1))
 
 
-def _present(bootstrap: str, topic: str, run_id: str, *, timeout_s: float) -> list[tuple[int, int, int]]:
+def _present(
+    bootstrap: str, topic: str, run_id: str, *, timeout_s: float, security: Mapping[str, Any] | None = None
+) -> list[tuple[int, int, int]]:
     """The data messages of run ``run_id`` in ``topic``: (first record index, records, first event time).
 
     Reads every partition from the run's start time (less a minute) to its current end offset;
@@ -263,6 +265,7 @@ def _present(bootstrap: str, topic: str, run_id: str, *, timeout_s: float) -> li
             enable_auto_commit=False,
             request_timeout_ms=max(ms, 5000),
             bootstrap_timeout_ms=ms,
+            **(security or {}),
         )
     except (KafkaError, OSError) as exc:
         raise BrokerUnavailable(f"Kafka broker at {bootstrap} unavailable: {exc}") from None
@@ -347,6 +350,7 @@ def replay(
     timeout_s: float = 10.0,
     producer: PacketProducer | None = None,
     delivery_timeout_s: float = 60.0,
+    security: Mapping[str, Any] | None = None,
 ) -> ReplaySummary:
     """Replay the capture at ``path`` into ``topic`` and return the summary.
 
@@ -368,6 +372,8 @@ def replay(
     delivery_timeout_s
         Bound on delivering one message; the first message not delivered ends the replay
         (``summary.broker_error``, nothing raised).
+    security
+        kafka-python security options (:func:`netmon.kafka_security.client_options`).
 
     Raises
     ------
@@ -403,13 +409,18 @@ def replay(
                 partitions=partitions,
                 timeout_s=timeout_s,
                 delivery_timeout_s=delivery_timeout_s,
+                security=security,
             )
         except BaseException:
             _close(reader)
             raise
     summary.compression = producer.compression
     try:
-        present = [] if opts.resume is None else _present(bootstrap, topic, run_id, timeout_s=timeout_s)
+        present = (
+            []
+            if opts.resume is None
+            else _present(bootstrap, topic, run_id, timeout_s=timeout_s, security=security)
+        )
     except BaseException:
         _close(reader)
         if own_producer:

@@ -13,6 +13,7 @@ import click
 from cli.commands.produced import fail, finish
 from cli.main import pass_config
 from netmon.config import Config
+from netmon.kafka_security import client_options
 
 
 @click.command("capture")
@@ -84,6 +85,7 @@ def command(
             partitions=cfg.kafka.partitions,
             status=not quiet,
             timeout_s=timeout_s,
+            security=client_options(cfg.kafka),
         )
     except (LiveCaptureError, FilterError, ValueError) as exc:
         _fail(str(exc), 2)

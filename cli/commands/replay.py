@@ -16,6 +16,7 @@ import click
 from cli.commands.produced import fail, finish
 from cli.main import pass_config
 from netmon.config import Config
+from netmon.kafka_security import client_options
 
 if TYPE_CHECKING:
     from ingest.replay import ReplaySummary
@@ -142,6 +143,7 @@ def command(
             progress=not quiet,
             timeout_s=timeout_s,
             delivery_timeout_s=delivery_timeout_s,
+            security=client_options(cfg.kafka),
         )
     except (CaptureError, FilterError, ValueError) as exc:
         _fail(str(exc), 2)
