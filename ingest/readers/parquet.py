@@ -119,7 +119,9 @@ def parse_to_parquet(
         read_records(path, chunk_bytes=4096).close()
     report = ParseReport(out=str(out))
     protocols: Counter[int] = Counter()
-    sources: Counter[str] = Counter()
+    # Per-batch counts of the sources, summed once at the end with pyarrow: a capture with ~1M
+    # distinct sources made a Python Counter and its sort half of the whole command's time.
+    source_counts: list[pa.Table] = []
     with pq.ParquetWriter(str(out), ARROW_SCHEMA, write_page_checksum=True) as writer:
         for path in paths:
             reader = read_records(path, batch_size=batch_size, iface=iface)
@@ -127,8 +129,12 @@ def parse_to_parquet(
                 writer.write_batch(batch)
                 for value, count in _value_counts(batch, "proto"):
                     protocols[value] += count
-                for value, count in _value_counts(batch, "src_ip"):
-                    sources[value] += count
+                counted = pc.value_counts(batch.column("src_ip"))
+                source_counts.append(
+                    pa.table(
+                        {"src_ip": counted.field("values"), "n": pc.cast(counted.field("counts"), pa.int64())}
+                    )
+                )
             summary = reader.summary
             report.files.append({"path": str(Path(path)), **summary.to_dict()})
             report.frames += summary.frames
@@ -143,9 +149,19 @@ def parse_to_parquet(
         PROTOCOL_NAMES.get(proto, str(proto)): n
         for proto, n in sorted(protocols.items(), key=lambda kv: (-kv[1], kv[0]))
     }
-    report.distinct_sources = len(sources)
-    report.top_sources = sorted(sources.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    report.distinct_sources, report.top_sources = _top_sources(source_counts, top)
     return report
+
+
+def _top_sources(parts: list[pa.Table], top: int) -> tuple[int, list[tuple[str, int]]]:
+    """Distinct sources (a null source counts as one, as a Counter key did) and the ``top`` most
+    frequent, by count descending then address text ascending."""
+    if not parts:
+        return 0, []
+    sources = pa.concat_tables(parts).group_by("src_ip", use_threads=False).aggregate([("n", "sum")])
+    keys = [("n_sum", "descending"), ("src_ip", "ascending")]  # both keys: no tie is left unordered
+    ranked = sources.take(pc.select_k_unstable(sources, k=min(top, sources.num_rows), sort_keys=keys))
+    return sources.num_rows, list(zip(ranked["src_ip"].to_pylist(), ranked["n_sum"].to_pylist(), strict=True))
 
 
 def _value_counts(batch: Any, column: str) -> list[tuple[Any, int]]:
