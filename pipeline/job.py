@@ -11,17 +11,37 @@
 
 ``Pipeline`` follows the queries' progress (per kind: packets, malformed records, late rows, its
 share of the batch time) and writes a small status file the dashboard and ``netmon demo`` read.
+
+Operations (docs/reliability.md, section 2):
+
+- **broker outage**: Spark's Kafka source waits out a short one by itself (about three minutes of
+  retries). A query that dies of a longer one (its error names Kafka's client: a timeout, a lost
+  connection) is started again from its checkpoint by :meth:`Pipeline.poll` as soon as the broker
+  answers again, counted in ``restarts`` and logged; meanwhile :meth:`Pipeline.failed` does not
+  report it. A query that keeps dying without a batch in between is a failure after
+  :data:`MAX_OUTAGE_RESTARTS` restarts.
+- **stop**: :meth:`Pipeline.stop` lets a running batch function finish (up to ``grace_s``) before
+  it stops the queries; a batch cut short fails with a short :class:`BatchStopped` that Spark takes
+  for the stop it is (:class:`StoppableBatch` says why a long error would not do).
+- **reset**: :func:`reset_kinds` removes a kind's results and state (``netmon pipeline --reset``);
+  one pipeline at a time runs on a data directory (a lock, ``<data>/pipeline.lock``), and a reset
+  waits for none.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
+import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,7 +57,24 @@ from pipeline.partials import CountSpec, merge_partials, partial_counts
 from pipeline.publish import ResultPublisher
 from pipeline.source import read_packets
 
-__all__ = ["KINDS", "SHARED_QUERY", "Pipeline", "ResultKind", "SharedBatch", "start_pipeline"]
+__all__ = [
+    "ALL",
+    "KINDS",
+    "LOCK_FILE",
+    "MAX_OUTAGE_RESTARTS",
+    "SHARED_QUERY",
+    "STOP_GRACE_S",
+    "BatchStopped",
+    "Pipeline",
+    "PipelineRunning",
+    "ResultKind",
+    "SharedBatch",
+    "StoppableBatch",
+    "is_broker_outage",
+    "reset_kinds",
+    "reset_plan",
+    "start_pipeline",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +127,190 @@ assert tuple(KINDS) == RESULT_KINDS, "pipeline.job.KINDS and netmon.config.RESUL
 
 #: The query name of the shared Kafka read.
 SHARED_QUERY = "packets"
+
+#: How long :meth:`Pipeline.stop` lets a running batch function finish before it cancels it.
+STOP_GRACE_S = 30.0
+
+#: Restarts of a query after broker outages with no batch in between, before its error counts.
+MAX_OUTAGE_RESTARTS = 3
+
+#: How long :meth:`Pipeline.poll` waits for the broker's answer before restarting a query.
+BROKER_CHECK_S = 2.0
+
+#: The lock a running pipeline holds on its data directory (``<data>/pipeline.lock``).
+LOCK_FILE = "pipeline.lock"
+
+#: The Spark property naming the job group of a stream thread's jobs (the query's run id).
+_JOB_GROUP = "spark.jobGroup.id"
+
+#: How long a batch that began after a stop was asked for waits for the stop itself.
+_STOP_WAIT_S = 120.0
+
+
+class BatchStopped(RuntimeError):
+    """A batch function cut short because its query is being stopped.
+
+    Its message is short and reads as a cancelled Spark job of the query's job group, which is
+    what Spark's stream thread looks for to take an error for the stop (module docstring).
+    """
+
+
+class StoppableBatch:
+    """A ``foreachBatch`` function that a stop lets finish, and that ends in a short error if cut.
+
+    Why: when a query is stopped while its Python batch function runs a Spark job, the job is
+    cancelled and the function raises; py4j hands the whole Python traceback to the JVM (tens of
+    kB: a ``Py4JJavaError`` carries the Java stack trace), and Spark's stream thread, to tell a stop
+    from a failure, matches that text against ``PROXY_ERROR`` in ``StreamExecution`` — a regular
+    expression whose ``(.|\\r\\n|\\r|\\n)*`` recurses once per character: the thread dies of a
+    ``java.lang.StackOverflowError`` (1000+ lines of ``java.util.regex`` frames on stderr).
+
+    So: :meth:`Pipeline.stop` sets ``stopping`` and waits until the function is ``idle`` (the
+    running batch commits normally); a batch that begins after that waits until the query is
+    stopped and then fails; and any error raised while stopping, or after the query was stopped
+    by someone else, is replaced by a short :class:`BatchStopped` naming the query's job group
+    (``org.apache.spark.SparkException ... cancelled ... <group>``), which Spark takes for the
+    stop. A batch that fails this way never committed: Spark runs it again, with the same
+    offsets, when the query starts again. Any other error is raised unchanged.
+
+    ``function`` is the wrapped function (kinds' counters such as ``late_rows`` stay on it);
+    ``query`` is set once the query is started.
+    """
+
+    def __init__(self, name: str, function: Callable[[DataFrame, int], None]) -> None:
+        self.name = name
+        self.function = function
+        self.query: StreamingQuery | None = None
+        self.stopping = threading.Event()
+        #: set by the stop just before it stops the query (a batch waiting at its start goes on)
+        self.released = threading.Event()
+        self.idle = threading.Event()
+        self.idle.set()
+        #: a batch began after the stop was asked for, and waits for it
+        self.refusing = threading.Event()
+        #: the id of the last batch the function ran to its end (Spark commits it next)
+        self.returned: int | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        group = _job_group(df)
+        if self.stopping.is_set():
+            self._refuse(batch_id, group)
+        self.idle.clear()
+        try:
+            self.function(df, batch_id)
+            self.returned = batch_id
+        except Exception as exc:
+            if self._stopped(exc):
+                raise BatchStopped(self._message(batch_id, group)) from None
+            raise
+        finally:
+            self.idle.set()
+
+    def committed(self, timeout_s: float) -> bool:
+        """Wait until Spark committed the batch the function last ran to its end (its progress is
+        reported after the commit), or the next batch began, or the query ended."""
+        deadline = time.monotonic() + timeout_s
+        while self.returned is not None and not self.refusing.is_set() and self._active():
+            progress: dict[str, Any] = (self.query.lastProgress if self.query is not None else None) or {}
+            reported = int(progress.get("batchId", -1))
+            # An idle trigger reports the id of the batch to come: only a batch's own counts.
+            if reported > self.returned or (
+                reported == self.returned and "addBatch" in (progress.get("durationMs") or {})
+            ):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until the stream thread is where a stop interrupts no work:
+        parked in this function at the start of a batch, or waiting for the next trigger.
+
+        Interrupted elsewhere — writing the next batch's offsets, say — Spark stops cleanly too, but
+        Hadoop's local file system logs the interrupted ``readlink`` it runs with a stack trace.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self.refusing.is_set() and self.query is not None and time.monotonic() < deadline:
+            try:
+                if not self.query.isActive or not self.query.status.get("isTriggerActive", True):
+                    return
+            except Exception:  # noqa: BLE001 - the JVM is going away: nothing to wait for
+                return
+            time.sleep(0.02)
+
+    def _refuse(self, batch_id: int, group: str | None) -> None:
+        """A batch that began after the stop was asked for: fail it once the query is stopped."""
+        self.refusing.set()
+        self.released.wait(_STOP_WAIT_S)
+        deadline = time.monotonic() + 30.0
+        while self._active() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log.debug("batch not run: the query is stopping", extra={"query": self.name, "batch": batch_id})
+        raise BatchStopped(self._message(batch_id, group))
+
+    def _stopped(self, exc: Exception) -> bool:
+        """Whether ``exc`` comes from a stop: asked for, done by someone else, or about to come.
+
+        PySpark's own Ctrl-C handler cancels every job *before* the interrupted program gets to
+        stop its queries: a cancelled job waits a moment for that stop.
+        """
+        if self.stopping.is_set() or not self._active():
+            return True
+        if "cancelled" in str(exc):
+            self.stopping.wait(10.0)
+            return self.stopping.is_set() or not self._active()
+        return False
+
+    def _active(self) -> bool:
+        try:
+            return self.query is None or bool(self.query.isActive)
+        except Exception:  # noqa: BLE001 - the JVM is going away: as good as stopped
+            return False
+
+    def _message(self, batch_id: int, group: str | None) -> str:
+        return (
+            f"org.apache.spark.SparkException: batch {batch_id} of query {self.name} cancelled: "
+            f"the query was stopped (job group {group})"
+        )
+
+
+def _job_group(df: DataFrame) -> str | None:
+    """The job group of the stream thread running this batch (py4j runs the call on that thread)."""
+    try:
+        return df.sparkSession.sparkContext.getLocalProperty(_JOB_GROUP)
+    except Exception:  # noqa: BLE001 - only for the message of a stop
+        return None
+
+
+#: Text of a query's error (or of one of its causes) that says the Kafka broker was out of reach.
+_OUTAGE_MARKERS = (
+    "org.apache.kafka.common.errors.TimeoutException",
+    "org.apache.kafka.common.errors.DisconnectException",
+    "org.apache.kafka.common.errors.NetworkException",
+    "org.apache.kafka.common.errors.BrokerNotAvailableException",
+    "org.apache.kafka.common.errors.LeaderNotAvailableException",
+    "org.apache.kafka.common.errors.NotLeaderOrFollowerException",
+    "Timed out waiting for a node assignment",
+    "Cannot fetch record for offset",
+    "Failed to get records for",
+)
+
+
+def is_broker_outage(error: Any) -> bool:
+    """Whether a query's error (``query.exception()``) is Kafka's client giving up on the broker.
+
+    Read from the error's message and those of its Java causes.
+    """
+    texts = [str(error)]
+    origin = getattr(error, "_origin", None)  # PySpark's captured Java exception
+    with contextlib.suppress(Exception):
+        for _ in range(20):
+            if origin is None:
+                break
+            texts.append(str(origin.toString()))
+            origin = origin.getCause()
+    return any(marker in text for text in texts for marker in _OUTAGE_MARKERS)
 
 
 class SharedBatch:
@@ -171,6 +392,8 @@ class QueryStats:
     last_timestamp: str = ""
     #: a batch kind's own time in the last batch of the shared query
     kind_ms: int = 0
+    #: times the kind's query was started again from its checkpoint after a broker outage
+    restarts: int = 0
 
 
 @dataclass
@@ -186,13 +409,31 @@ class Pipeline:
     batch_functions: dict[str, Any] = field(default_factory=dict)
     #: query name -> the kinds whose statistics its progress feeds (default: the query's own name)
     feeds: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: query name -> starts the query again from its checkpoint (after a broker outage)
+    starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
+    #: query name -> its ``foreachBatch`` function's stop guard (queries with a batch function)
+    guards: dict[str, StoppableBatch] = field(default_factory=dict)
+    #: query name -> restarts after broker outages
+    restarts: dict[str, int] = field(default_factory=dict)
+    #: the lock on the data directory, held until :meth:`stop`
+    lock: IO[str] | None = None
+    #: query name -> when its query was found dead of a broker outage (it waits for the broker)
+    _outages: dict[str, float] = field(default_factory=dict)
+    #: query name -> restarts since its last batch
+    _streak: dict[str, int] = field(default_factory=dict)
+    #: queries that died of outages too often in a row: their error is a failure
+    _given_up: set[str] = field(default_factory=set)
+    _stopping: bool = False
 
     def poll(self) -> dict[str, QueryStats]:
         """Fold the queries' new progress reports into the totals; write the status file.
 
         Every progress event counts once, idle ones included: Spark reports an idle trigger with
         the id of the next batch, so events are told apart by their trigger time, not batch id.
+        A query that died of a broker outage is started again once the broker answers.
         """
+        if not self._stopping:
+            self._recover()
         for name, query in self.queries.items():
             for kind in self.feeds.get(name, (name,)):
                 st = self.stats.setdefault(kind, QueryStats())
@@ -221,6 +462,7 @@ class Pipeline:
                 late = int(getattr(function, "late_rows", 0))
                 st.late_dropped += late - st.late_in_batches
                 st.late_in_batches = late
+                st.restarts = self.restarts.get(name, 0)
                 shared = self.batch_functions.get(name)
                 if isinstance(shared, SharedBatch) and kind in shared.seconds:
                     st.kind_ms = round(shared.seconds[kind] * 1000)
@@ -255,17 +497,79 @@ class Pipeline:
                 return self.queries[name]
         return self.queries[kind]
 
+    def _recover(self) -> None:
+        """Start again, from its checkpoint, each query that died of a broker outage, once the
+        broker answers; give up on one that died again (or did not start) with no batch since
+        its last restart, :data:`MAX_OUTAGE_RESTARTS` times in a row (its error is then reported
+        by :meth:`failed`)."""
+        for name, query in list(self.queries.items()):
+            if name not in self.starters or name in self._given_up or query.isActive:
+                continue
+            if name not in self._outages:
+                error = query.exception()
+                if error is None or not is_broker_outage(error):
+                    continue  # stopped, finished, or a failure of another kind
+                if any("addBatch" in (p.get("durationMs") or {}) for p in query.recentProgress):
+                    self._streak[name] = 0  # it ran batches since its last (re)start
+                if self._streak.get(name, 0) >= MAX_OUTAGE_RESTARTS:
+                    self._given_up.add(name)
+                    continue
+                self._outages[name] = time.monotonic()
+                log.warning(
+                    "query lost the Kafka broker; it restarts from its checkpoint when the broker answers",
+                    extra={"query": name, "bootstrap": self.cfg.kafka.bootstrap, "error": _first_line(error)},
+                )
+            if not self._broker_answers():
+                continue
+            down_s = time.monotonic() - self._outages[name]
+            self._streak[name] = self._streak.get(name, 0) + 1
+            try:
+                restarted = self.starters[name]()
+            except Exception as exc:  # noqa: BLE001 - e.g. the broker went away again: wait again
+                log.warning("query not restarted", extra={"query": name, "error": _first_line(exc)})
+                if self._streak[name] >= MAX_OUTAGE_RESTARTS:
+                    self._given_up.add(name)
+                    del self._outages[name]
+                continue
+            del self._outages[name]
+            self.queries[name] = restarted
+            if name in self.guards:
+                self.guards[name].query = restarted
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            log.warning(
+                "query restarted from its checkpoint after a broker outage",
+                extra={"query": name, "restarts": self.restarts[name], "waited_s": round(down_s, 1)},
+            )
+
+    def _broker_answers(self) -> bool:
+        from netmon.kafka_admin import KafkaUnreachable, check_reachable
+        from netmon.kafka_security import client_options
+
+        try:
+            check_reachable(self.cfg.kafka.bootstrap, BROKER_CHECK_S, security=client_options(self.cfg.kafka))
+        except KafkaUnreachable:
+            return False
+        return True
+
     def failed(self) -> str | None:
-        """The first query's exception message, if any query died."""
+        """The first query's exception message, if any query died (and is not waiting for the
+        broker to start again, see :meth:`poll`)."""
         for name, query in self.queries.items():
+            if name in self._outages:
+                continue
             exc = query.exception()
             if exc is not None:
-                return f"{name}: {str(exc).splitlines()[0]}"
+                return f"{name}: {_first_line(exc)}"
         return None
 
     @property
+    def waiting_for_broker(self) -> tuple[str, ...]:
+        """The queries that died of a broker outage and start again once it answers."""
+        return tuple(self._outages)
+
+    @property
     def active(self) -> bool:
-        return any(q.isActive for q in self.queries.values())
+        return bool(self._outages) or any(q.isActive for q in self.queries.values())
 
     def process_all_available(self) -> None:
         for query in self.queries.values():
@@ -278,35 +582,95 @@ class Pipeline:
             # pyspark annotates the timeout as int, yet takes float seconds (it waits int(timeout * 1000) ms)
             query.awaitTermination(cast(int | None, left))
 
-    def stop(self) -> None:
-        for query in self.queries.values():
-            query.stop()
-        self.poll()
-        if self.publisher is not None:
-            self.publisher.close()
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop every query; a batch function running now may finish first (up to ``grace_s``).
+
+        The running batch commits as usual; a batch that begins meanwhile, or one still running
+        after ``grace_s``, is cut short and runs again (same offsets) at the next start
+        (:class:`StoppableBatch`). Then the status file is written and the data directory's lock
+        released.
+        """
+        self._stopping = True
+        try:
+            for guard in self.guards.values():
+                guard.stopping.set()
+            deadline = time.monotonic() + max(0.0, grace_s)
+
+            def left() -> float:
+                return max(0.0, deadline - time.monotonic())
+
+            for guard in self.guards.values():
+                if guard.idle.wait(left()) and guard.committed(left()):
+                    guard.settle(min(left(), self.cfg.pipeline.trigger_s + 2.0))
+                else:
+                    log.warning(
+                        "a batch outlasted the stop's grace: cancelled, it runs again at the next start",
+                        extra={"query": guard.name, "grace_s": grace_s},
+                    )
+            for name, query in self.queries.items():
+                if name in self.guards:
+                    self.guards[name].released.set()
+                query.stop()
+            self._outages.clear()
+            self.poll()
+        finally:
+            if self.publisher is not None:
+                self.publisher.close()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            _release(lock)
 
 
-def _start_query(
+def _query_starter(
     df: DataFrame | BatchOutput, cfg: Config, kind: str, name: str, *, single: bool, available_now: bool
-) -> tuple[StreamingQuery, Any]:
-    """A stream kind's started query, and its ``foreachBatch`` function (None with Spark's file sink)."""
+) -> tuple[Callable[[], StreamingQuery], Any, StoppableBatch | None]:
+    """A stream kind's query: what starts it (again, from its checkpoint), its ``foreachBatch``
+    function (None with Spark's file sink) and that function's stop guard."""
     out = results_dir(cfg, kind) if single else results_dir(cfg, kind) / name
     checkpoint = checkpoint_dir(cfg, kind) if single else checkpoint_dir(cfg, kind) / name
     out.mkdir(parents=True, exist_ok=True)
     if isinstance(df, BatchOutput):
         # Its last stages run on each micro-batch and commit their own files (pipeline.batch_sink).
-        writer, function = df.attach(df.df.writeStream.queryName(name).outputMode("append"), out, checkpoint)
-        writer = writer.option("checkpointLocation", str(checkpoint))
+        function: Any = df.writer(out, checkpoint)
+        batch_guard = StoppableBatch(name, function)
+        guard: StoppableBatch | None = batch_guard
+
+        def writer() -> Any:
+            return (
+                df.df.writeStream.queryName(name)
+                .outputMode("append")
+                .foreachBatch(batch_guard)
+                .option("checkpointLocation", str(checkpoint))
+            )
+
     else:
-        function = None
-        writer = (
-            df.writeStream.queryName(name)
-            .format("parquet")
-            .outputMode("append")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-        )
-    return _triggered(writer, cfg, available_now).start(), function
+        function = guard = None
+
+        def writer() -> Any:
+            return (
+                df.writeStream.queryName(name)
+                .format("parquet")
+                .outputMode("append")
+                .option("path", str(out))
+                .option("checkpointLocation", str(checkpoint))
+            )
+
+    return _starter(writer, cfg, available_now, guard), function, guard
+
+
+def _starter(
+    writer: Callable[[], Any], cfg: Config, available_now: bool, guard: StoppableBatch | None
+) -> Callable[[], StreamingQuery]:
+    def start() -> StreamingQuery:
+        query = _triggered(writer(), cfg, available_now).start()
+        if guard is not None:
+            guard.query = query
+        return query
+
+    return start
 
 
 def _triggered(writer: Any, cfg: Config, available_now: bool) -> Any:
@@ -320,16 +684,37 @@ def start_pipeline(
 ) -> Pipeline:
     """Start the shared query (batch kinds) and the stream kinds of ``kinds`` (default ``[pipeline] kinds``).
 
-    ``available_now`` processes what Kafka holds and stops.
+    ``available_now`` processes what Kafka holds and stops. Raises :class:`PipelineRunning` when
+    another pipeline runs on the data directory (this process's included, until its ``stop``).
     """
-    Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
     chosen = tuple(kinds or cfg.pipeline.kinds)
     for kind in chosen:
         if kind not in KINDS:
             raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    lock = _lock(cfg)
     queries: dict[str, StreamingQuery] = {}
+    try:
+        return _start(spark, cfg, chosen, available_now, lock, queries)
+    except BaseException:
+        for query in queries.values():
+            with contextlib.suppress(Exception):  # stopping on the way out: nothing more to do
+                query.stop()
+        _release(lock)
+        raise
+
+
+def _start(
+    spark: SparkSession,
+    cfg: Config,
+    chosen: tuple[str, ...],
+    available_now: bool,
+    lock: IO[str],
+    queries: dict[str, StreamingQuery],
+) -> Pipeline:
     functions: dict[str, Any] = {}
     feeds: dict[str, tuple[str, ...]] = {}
+    starters: dict[str, Callable[[], StreamingQuery]] = {}
+    guards: dict[str, StoppableBatch] = {}
     # The batch kinds: one Kafka read and decode, every kind on the cached batch.
     shared = {
         k.name: k.batch(cfg, _dir(results_dir(cfg, k.name)), _dir(checkpoint_dir(cfg, k.name)))
@@ -338,13 +723,18 @@ def start_pipeline(
     }
     if shared:
         batch = SharedBatch(shared)
+        guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
         packets = read_packets(spark, cfg, keep_control=True, keep_malformed=True)
-        writer = (
-            packets.writeStream.queryName(SHARED_QUERY)
-            .foreachBatch(batch)
-            .option("checkpointLocation", str(checkpoint_dir(cfg, SHARED_QUERY)))
-        )
-        queries[SHARED_QUERY] = _triggered(writer, cfg, available_now).start()
+
+        def shared_writer() -> Any:
+            return (
+                packets.writeStream.queryName(SHARED_QUERY)
+                .foreachBatch(guard)
+                .option("checkpointLocation", str(checkpoint_dir(cfg, SHARED_QUERY)))
+            )
+
+        starters[SHARED_QUERY] = _starter(shared_writer, cfg, available_now, guard)
+        queries[SHARED_QUERY] = starters[SHARED_QUERY]()
         functions |= {SHARED_QUERY: batch, **shared}
         feeds[SHARED_QUERY] = tuple(shared)
     # The stream kinds: each its own queries (the join's state lives in Spark's state store).
@@ -353,16 +743,143 @@ def start_pipeline(
         outputs = stream_kind.stream(read_packets(spark, cfg), cfg)
         single = len(outputs) == 1 and stream_kind.name in outputs
         for name, df in outputs.items():
-            queries[name], function = _start_query(
+            starters[name], function, stream_guard = _query_starter(
                 df, cfg, stream_kind.name, name, single=single, available_now=available_now
             )
+            queries[name] = starters[name]()
             if function is not None:
                 functions[name] = function
+            if stream_guard is not None:
+                guards[name] = stream_guard
     log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
-    return Pipeline(spark, cfg, queries, publisher=publisher, batch_functions=functions, feeds=feeds)
+    return Pipeline(
+        spark,
+        cfg,
+        queries,
+        publisher=publisher,
+        batch_functions=functions,
+        feeds=feeds,
+        starters=starters,
+        guards=guards,
+        lock=lock,
+    )
 
 
 def _dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _first_line(exc: object) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- one pipeline per data directory, and resets ---------------------------------------------------
+
+
+class PipelineRunning(RuntimeError):
+    """Another pipeline runs on the data directory (one line: where, and the holder's pid)."""
+
+
+def _lock(cfg: Config) -> IO[str]:
+    """Take the data directory's lock (``<data>/pipeline.lock``, holding the holder's pid)."""
+    data = Path(cfg.paths.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    path = data / LOCK_FILE
+    handle = open(path, "a+")  # noqa: SIM115 - held open until the pipeline stops
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise PipelineRunning(
+            f"a pipeline is running on the data directory {data} (pid {holder}); stop it first"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def _release(lock: IO[str]) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    lock.close()
+
+
+#: Every kind a reset of ``all`` means (``all`` also resets the shared query).
+ALL = "all"
+
+
+def _reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
+    """The kinds a reset of ``kinds`` touches (joins bring shedding), and whether it is ``all``."""
+    asked = list(dict.fromkeys(kinds))
+    for kind in asked:
+        if kind != ALL and kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (known: {', '.join(KINDS)}, {ALL})")
+    everything = ALL in asked
+    chosen = set(KINDS) if everything else set(asked)
+    if "joins" in chosen:
+        # The controller numbers its statistics files by the joins query's batch ids: a joins
+        # query starting again at batch 0 would write names the shedding query already read.
+        chosen.add("shedding")
+    return [k for k in KINDS if k in chosen], everything
+
+
+def reset_plan(cfg: Config, kinds: Iterable[str]) -> list[Path]:
+    """What :func:`reset_kinds` would remove for ``kinds`` (result kinds, or ``"all"``): the paths
+    that exist, in order.
+
+    Per kind: ``results/<kind>/``, ``checkpoints/<kind>/`` (a batch kind's state; a stream kind's
+    Spark checkpoint and state store) and its publish mark ``checkpoints/publish/<kind>.json``;
+    ``shedding`` also the controller's directory ``control/joins/`` (its fractions and the
+    statistics not read yet); ``joins`` brings ``shedding``. ``all``: every kind, the shared
+    query's checkpoint ``checkpoints/packets/`` and every publish mark.
+    """
+    chosen, everything = _reset_set(kinds)
+    publish = checkpoint_dir(cfg, "publish")
+    paths: list[Path] = []
+    for kind in chosen:
+        paths += [results_dir(cfg, kind), checkpoint_dir(cfg, kind)]
+        if not everything:
+            paths.append(publish / f"{kind}.json")
+        if kind == "shedding":
+            paths.append(joins.control_file(cfg).parent)
+    if everything:
+        paths += [checkpoint_dir(cfg, SHARED_QUERY), publish]
+    return [p for p in dict.fromkeys(paths) if p.exists() or p.is_symlink()]
+
+
+def reset_kinds(cfg: Config, kinds: Iterable[str]) -> list[Path]:
+    """Remove the results and state of ``kinds`` (see :func:`reset_plan`); return what was removed.
+
+    What the pipeline then does, per kind (docs/reliability.md, "Resetting a kind"):
+
+    - a batch kind (traffic, topk, distinct) starts from empty state at the shared query's next
+      batch: it reads what the shared query reads from then on — the other batch kinds are not
+      replayed, and records read before the reset are not read again for it (windows open at the
+      reset are written with the packets read after it only);
+    - a stream kind (joins, shedding) starts its query afresh: from the earliest offsets the
+      topic still holds (the joins) or the statistics files not read yet (shedding);
+    - ``all``: every query starts afresh, from the earliest offsets the topic still holds.
+
+    Raises :class:`PipelineRunning` while a pipeline runs on the data directory (the reset holds
+    the same lock while it removes, so none starts meanwhile).
+    """
+    kinds = tuple(kinds)
+    lock = _lock(cfg)
+    try:
+        removed = reset_plan(cfg, kinds)
+        for path in removed:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        log.info("pipeline reset", extra={"kinds": list(kinds), "removed": [str(p) for p in removed]})
+        return removed
+    finally:
+        _release(lock)
