@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ __all__ = [
     "WireFormatError",
     "decode_message",
     "encode_messages",
+    "parse_lines",
     "is_control",
     "watermark_message",
     "sanitise_iface",
@@ -232,3 +234,78 @@ def decode_message(
         )
     ts = table.column(0).cast(ARROW_SCHEMA.field("ts").type)
     return table.set_column(0, ARROW_SCHEMA.field("ts"), ts)
+
+
+#: The integer range of each integer wire column (``ts`` travels as int64 nanoseconds).
+_INT_BITS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_lines(value: bytes) -> tuple[pa.Table, int]:
+    """The packet records of a message value, leniently: ``(records, malformed lines)``.
+
+    The pipeline's reading of ``docs/wire-format.md``, where one bad line must not cost the good
+    ones: a non-empty line is a record when it has exactly 19 fields and its ``ts_ns`` is an
+    integer; a field that is not a value of its column's type (``proto=99999``, ``ttl=x``) is
+    null, as Spark's ``from_csv`` in ``PERMISSIVE`` mode makes it; every other non-empty line is
+    malformed and only counted. The table has the wire columns (``ts`` as int64 nanoseconds).
+    Unlike :func:`decode_message` nothing is checked against the headers.
+
+    The common case — every line well formed — is one pyarrow CSV read; only a value that pyarrow
+    refuses is parsed line by line.
+
+    >>> good = b"1700000000123456789,74,74,4,10.0.0.1,192.0.2.7,6,,,,,,,,,,,,0\\n"
+    >>> table, bad = parse_lines(good + b"x,1\\n" + good.replace(b",6,", b",99999,"))
+    >>> table.num_rows, bad, table.column("proto").to_pylist()
+    (2, 1, [6, None])
+    """
+    invalid = 0
+
+    def skip(_row: object) -> str:
+        nonlocal invalid
+        invalid += 1
+        return "skip"
+
+    options = pacsv.ParseOptions(
+        quote_char=False, double_quote=False, newlines_in_values=False, invalid_row_handler=skip
+    )
+    try:
+        table = pacsv.read_csv(pa.py_buffer(value), _READ_OPTIONS, options, _CONVERT_OPTIONS)
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return _parse_lines_slowly(value)
+    if table.num_rows == 0:
+        return _WIRE_SCHEMA.empty_table(), invalid
+    ts = table.column(0)
+    if ts.null_count:
+        table = table.filter(pc.is_valid(ts))
+        invalid += ts.null_count
+    return table.cast(_WIRE_SCHEMA), invalid
+
+
+def _field(text: str, kind: pa.DataType) -> int | str | None:
+    if text == "":
+        return None
+    if kind == pa.string():
+        return text
+    if not _INTEGER.fullmatch(text):
+        return None
+    number, bits = int(text), _INT_BITS[kind]
+    return number if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1) else None
+
+
+def _parse_lines_slowly(value: bytes) -> tuple[pa.Table, int]:
+    """:func:`parse_lines`, one line at a time (a value with a bad field or bytes that are not UTF-8)."""
+    kinds = [field.type for field in _WIRE_SCHEMA]
+    rows: list[list[int | str | None]] = []
+    malformed = 0
+    for line in value.decode("utf-8", "replace").split("\n"):
+        if line == "":
+            continue
+        fields = line.split(",")
+        row = [_field(text, kind) for text, kind in zip(fields, kinds, strict=False)]
+        if len(fields) != len(kinds) or row[0] is None:
+            malformed += 1
+            continue
+        rows.append(row)
+    columns = [pa.array([row[i] for row in rows], kind) for i, kind in enumerate(kinds)]
+    return pa.Table.from_arrays(columns, schema=_WIRE_SCHEMA), malformed

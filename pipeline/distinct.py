@@ -48,13 +48,17 @@ from itertools import groupby
 from pathlib import Path
 from typing import NamedTuple
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from analytics import distinct_queries
 from analytics.keys import parse_key
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_batch
+from pipeline.partials import DistinctSpec, merge_partials, partial_counts
 
 __all__ = [
     "COLUMNS",
@@ -308,6 +312,22 @@ HASH_GROUPS = 200_000
 
 STORE_SCHEMA = "chain string, query string, group string, idx long, sketch binary"
 STORE_COLUMNS = tuple(field.split()[0] for field in STORE_SCHEMA.split(", "))
+_STORE_ARROW = pa.schema(
+    [
+        ("chain", pa.string()),
+        ("query", pa.string()),
+        ("group", pa.string()),
+        ("idx", pa.int64()),
+        ("sketch", pa.binary()),
+    ]
+)
+#: Stage-1 spec names of the distinct queries: ``distinct/<query name>``.
+SPEC_PREFIX = "distinct/"
+
+
+def spec_name(query: str) -> str:
+    """The stage-1 spec name of a distinct-count query."""
+    return SPEC_PREFIX + query
 
 
 class SlidingDistinct:
@@ -340,6 +360,11 @@ class SlidingDistinct:
         self.rank = rank
         #: late rows skipped by this process's batches
         self.late_rows = 0
+        # Set by prepare(), before each batch.
+        self._spark: SparkSession | None = None
+        self._before: dict[int, dict] = {}
+        self._watermark_ms: int | None = None
+        self._lows: dict[str, int] = {c.label: _BEFORE_ALL for c in self.chains}
 
     def _stored(self, upto: int) -> dict[int, dict]:
         """Store batches ``<= upto`` that completed: batch id -> their marker."""
@@ -350,73 +375,108 @@ class SlidingDistinct:
                 out[batch] = json.loads(marker.read_text())
         return out
 
+    def prepare(self, batch_id: int, spark: SparkSession) -> None:
+        """Read the store's state before ``batch_id``: the late bound of each chain (``specs``)."""
+        self._spark = spark
+        self._before = self._stored(batch_id - 1)
+        previous = self._before[max(self._before)] if self._before else {"watermark_ms": None}
+        self._watermark_ms = previous["watermark_ms"]
+        self._lows = {c.label: _last(c, self._watermark_ms) for c in self.chains}
+
+    @property
+    def specs(self) -> tuple[DistinctSpec, ...]:
+        """Stage 1 of every query (``pipeline.partials``), late bounds as of the last :meth:`prepare`."""
+        return tuple(
+            DistinctSpec(
+                name=spec_name(q.name),
+                group=tuple(parse_key(q.group_by)) if q.group_by else (),
+                item=tuple(parse_key(q.count)),
+                b_us=c.sub_window_us,
+                lg_k=c.lg_k,
+                lo=self._lows[c.label],
+            )
+            for c in self.chains
+            for q in c.queries
+        )
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        spark = df.sparkSession
+        """The kind on its own query: ``df`` holds decoded rows, control rows kept (``build_distinct``)."""
+        self.prepare(batch_id, df.sparkSession)
+        partials, max_us = merge_partials(partial_counts(df, self.specs))
+        self.apply(partials, max_us, batch_id)
+
+    def apply(self, partials: pa.Table, max_us: int | None, batch_id: int) -> None:
+        """Stages 2-4 of one batch from its stage-1 partials (``pipeline.partials``, merged).
+
+        The sketches go to the store (one Parquet file per batch), the watermark moves to the
+        batch's largest event time − the delay (never back), and every window it closes is
+        computed from the store and committed.
+        """
+        spark, lows = self._spark, self._lows
+        if spark is None:
+            raise RuntimeError("SlidingDistinct.apply before prepare()")
         started = time.perf_counter()
-        # The batch's session is the query's own (Spark clones it per streaming query), so this
-        # reaches no other query. Spark's default of 128 groups per task before sort-based
-        # aggregation made stage 1 ~1.5x slower on 1M-packet batches (docs/performance.md).
-        spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(HASH_GROUPS))
-        before = self._stored(batch_id - 1)
-        previous = before[max(before)] if before else {"watermark_ms": None}
-        lows = {c.label: _last(c, previous["watermark_ms"]) for c in self.chains}
-        # Each chain reads the batch: once from Kafka, then from memory (the shared micro-batch of
-        # pipeline.job comes cached already, and stays cached for the other kinds).
-        owned = len(self.chains) > 1 and not df.is_cached
-        if owned:
-            df = df.persist()
-        # Control rows only move event time (their keys are null).
-        parts = [batch_sketches(df, c, lows[c.label]) for c in self.chains]
-        new = parts[0]
-        for part in parts[1:]:
-            new = new.unionByName(part)
-        # Cached: the store and the batch's event time both come from it (one pass over the batch).
-        new = new.persist()
+        chain_of = {spec_name(q.name): c.label for c in self.chains for q in c.queries}
+        names = pc.replace_substring(partials["query"], SPEC_PREFIX, "", max_replacements=1)
+        held = pc.is_valid(partials["sketch"])
+        sketches = partials.filter(held)
+        store = pa.table(
+            {
+                "chain": pa.array([chain_of[q] for q in sketches["query"].to_pylist()], pa.string()),
+                "query": names.filter(held),
+                "group": sketches["key"],
+                "idx": sketches["sw"],
+                "sketch": sketches["sketch"],
+            },
+            schema=_STORE_ARROW,
+        )
+        self.store.mkdir(parents=True, exist_ok=True)
         target = self.store / f"batch-{batch_id:06d}"
-        new.where(F.col("items") > 0).select(*STORE_COLUMNS).write.mode("overwrite").parquet(str(target))
+        tmp = self.store / f".batch-{batch_id:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        pq.write_table(store, tmp / "part-0.parquet")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
         stored_s = time.perf_counter() - started
-        seen = new.agg(
-            F.max("max_us").alias("max_us"),
-            # Late rows are counted on the first chain (other chains' sub-windows close elsewhere).
-            F.sum(F.when(F.col("chain") == self.chains[0].label, F.col("late"))).alias("late"),
-            *[
-                F.max(F.when((F.col("chain") == c.label) & (F.col("items") > 0), F.col("idx"))).alias(c.label)
-                for c in self.chains
-            ],
-        ).first()
-        new.unpersist()
-        if owned:
-            df.unpersist()
+        first = {spec_name(q.name) for q in self.chains[0].queries}
+        late_rows = sum(
+            int(r["weight"] or 0)
+            for r in partials.filter(pc.invert(held)).to_pylist()
+            if r["sw"] is None and r["query"] in first
+        )
+        max_idx: dict[str, int | None] = {}
+        for c in self.chains:
+            mine = store.filter(pc.equal(store["chain"], c.label))["idx"]
+            max_idx[c.label] = pc.max(mine).as_py() if len(mine) else None
         sketched = time.perf_counter()
-        # A global aggregate has exactly one row, even over an empty batch.
-        assert seen is not None
-        max_us, late_rows = seen["max_us"], int(seen["late"] or 0)
-        watermark_ms = previous["watermark_ms"]
+        watermark_ms = self._watermark_ms
         if max_us is not None:
             # Spark's rule: the largest event time in whole milliseconds, minus the delay.
             moved = max_us // 1000 - self.delay_ms
             watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
-        # max_idx bounds the sub-windows this batch stored, per chain (None: none).
-        marker = {
-            "watermark_ms": watermark_ms,
-            "max_idx": {c.label: seen[c.label] for c in self.chains},
-            "late": late_rows,
-        }
+        marker = {"watermark_ms": watermark_ms, "max_idx": max_idx, "late": late_rows}
         # Written whole or not at all: a crash here leaves the batch to be run again.
-        tmp = self.store / f".batch-{batch_id:06d}.json.tmp"
-        tmp.write_text(json.dumps(marker))
-        tmp.replace(self.store / f"batch-{batch_id:06d}.json")
+        tmp_marker = self.store / f".batch-{batch_id:06d}.json.tmp"
+        tmp_marker.write_text(json.dumps(marker))
+        tmp_marker.replace(self.store / f"batch-{batch_id:06d}.json")
         self.late_rows += late_rows
-        stored = before | {batch_id: marker}
-        sketches = spark.read.schema(STORE_SCHEMA).parquet(
-            *[str(self.store / f"batch-{b:06d}") for b in sorted(stored)]
-        )
+        stored = self._before | {batch_id: marker}
         counts = []
         for c in self.chains:
             lo, hi = lows[c.label], _last(c, watermark_ms)
             if hi <= lo:
                 continue
-            windows = sliding_unions(sketches.where(F.col("chain") == c.label), c.k, lo, hi)
+            # Only the store batches that hold one of the sub-windows these windows can hold.
+            paths = [
+                str(self.store / f"batch-{b:06d}")
+                for b, m in sorted(stored.items())
+                if m["max_idx"].get(c.label) is not None and m["max_idx"][c.label] > lo - c.k
+            ]
+            if not paths:
+                continue
+            chain_sketches = spark.read.schema(STORE_SCHEMA).parquet(*paths).where(F.col("chain") == c.label)
+            windows = sliding_unions(chain_sketches, c.k, lo, hi)
             end = F.timestamp_micros((F.col("i") + 1) * F.lit(c.sub_window_us))
             counts.append(windows.select("query", end.alias("window_end"), "group", "distinct"))
         if counts:
@@ -427,12 +487,11 @@ class SlidingDistinct:
             write_batch(ranked(out, queries) if self.rank else out, self.results, batch_id)
         else:
             commit_batch(self.results, batch_id, [])
-        self._drop_unneeded(before, lows)
+        self._drop_unneeded(self._before, lows)
         log.debug(
             "distinct batch",
             extra={
                 "batch": batch_id,
-                "sketch_s": round(sketched - started, 3),
                 "store_write_s": round(stored_s, 3),
                 "windows_s": round(time.perf_counter() - sketched, 3),
                 "store_batches": len(stored),

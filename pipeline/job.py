@@ -46,16 +46,15 @@ from typing import IO, Any, Protocol, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from netmon.config import RESULT_KINDS, Config
 from netmon.results import checkpoint_dir, results_dir, status_file
 from pipeline import distinct, joins, topk, traffic
 from pipeline.batch_sink import BatchOutput
-from pipeline.partials import CountSpec, merge_partials, partial_counts
+from pipeline.partials import TOTALS, Spec, merge_partials, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
-from pipeline.source import read_packets
+from pipeline.source import kafka_stream, raw_messages, read_packets
 
 __all__ = [
     "ALL",
@@ -79,17 +78,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class BatchFunction(Protocol):
-    """A batch kind that reads the cached rows: ``function(batch, batch_id)`` commits its rows."""
-
-    def __call__(self, df: DataFrame, batch_id: int, /) -> None: ...
-
-
 class CountingKind(Protocol):
-    """A batch kind fed by the shared stage-1 counts (``pipeline.partials``)."""
+    """A batch kind fed by the shared stage 1 (``pipeline.partials``): its specs' partial rows."""
 
     @property
-    def specs(self) -> tuple[CountSpec, ...]: ...
+    def specs(self) -> tuple[Spec, ...]: ...
 
     def apply(self, counts: pa.Table, max_us: int | None, batch_id: int, /) -> None: ...
 
@@ -104,7 +97,7 @@ class ResultKind:
     """
 
     name: str
-    batch: Callable[[Config, Path, Path], BatchFunction | CountingKind] | None = None
+    batch: Callable[[Config, Path, Path], CountingKind] | None = None
     stream: Callable[[DataFrame, Config], dict[str, Any]] | None = None
     #: does the kind have configured queries (else it is skipped)
     configured: Callable[[Config], bool] = lambda cfg: True
@@ -314,63 +307,46 @@ def is_broker_outage(error: Any) -> bool:
 
 
 class SharedBatch:
-    """The ``foreachBatch`` function of the shared query: one cached batch for every batch kind.
+    """The ``foreachBatch`` function of the shared query: one pass over the raw batch for every kind.
 
-    It receives the decoded lines with malformed ones flagged (``is_malformed``) and counts
-    packets, control messages and malformed lines (``totals``, over this process's batches).
-    The *counting* kinds (those with ``specs`` and ``apply``: traffic, top-k) get their stage-1
-    counts from one pass over the batch (``pipeline.partials``); the others (distinct counts) get
-    the well-formed rows, cached. ``seconds[kind]``: the kind's time in the last batch
-    (``decode`` for the Kafka read, decode and counts, ``stage1`` for the shared counting pass).
+    It receives the batch's raw Kafka messages (``pipeline.source.raw_messages``). One
+    ``mapInArrow`` decodes them with pyarrow and computes every kind's stage 1 in the same pass
+    (``pipeline.partials.raw_partials``), so the decoded packets never go back into the JVM; the
+    driver merges the partials and hands each kind its own. It counts packets, control messages,
+    malformed lines and records from the future (``totals``, over this process's batches).
+    A kind with a ``prepare(batch_id, spark)`` method reads its state before its specs are
+    taken (the distinct kind's late bound depends on it). ``seconds[kind]``: the kind's time in
+    the last batch (``stage1`` for the shared pass: Kafka read, decode and every partial).
     """
 
     def __init__(self, functions: dict[str, Any]) -> None:
         self.functions = dict(functions)
-        self.counting = {n: f for n, f in self.functions.items() if hasattr(f, "specs")}
         self.seconds: dict[str, float] = {name: 0.0 for name in self.functions}
-        #: each kind's (and the shared stage 1's, the decode's) time over this process's batches
+        #: each kind's (and the shared stage 1's) time over this process's batches
         self.total_seconds: dict[str, float] = {}
-        self.totals = {"packets": 0, "control": 0, "malformed": 0, "future": 0}
+        self.totals = dict.fromkeys(TOTALS, 0)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        # Decoded once from Kafka, then read from memory by every kind.
         started = time.perf_counter()
-        lines = df.persist()
-        try:
-            good = ~F.col("is_malformed") & ~F.col("is_future")
-            counted = lines.agg(
-                F.count(F.when(good & ~F.col("is_control"), 1)).alias("packets"),
-                F.count(F.when(good & F.col("is_control"), 1)).alias("control"),
-                F.count(F.when(F.col("is_malformed"), 1)).alias("malformed"),
-                F.count(F.when(F.col("is_future"), 1)).alias("future"),
-            ).first()
-            # Counted before the kinds run: their rows are visible as soon as each commits (a batch
-            # that Spark runs again after a crash is counted again).
-            if counted is not None:
-                for key in self.totals:
-                    self.totals[key] += int(counted[key] or 0)
-            batch = lines.where(good).drop("is_malformed", "is_future")
-            self.seconds["decode"] = time.perf_counter() - started
-            if self.counting:
-                started = time.perf_counter()
-                specs = [spec for f in self.counting.values() for spec in f.specs]
-                counts, max_us = merge_partials(partial_counts(batch, specs))
-                self.seconds["stage1"] = time.perf_counter() - started
-                for name, function in self.counting.items():
-                    started = time.perf_counter()
-                    mine = pc.is_in(counts["query"], pa.array([s.name for s in function.specs]))
-                    function.apply(counts.filter(mine), max_us, batch_id)
-                    self.seconds[name] = time.perf_counter() - started
-            for name, function in self.functions.items():
-                if name in self.counting:
-                    continue
-                started = time.perf_counter()
-                function(batch, batch_id)
-                self.seconds[name] = time.perf_counter() - started
-            for name, spent in self.seconds.items():
-                self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
-        finally:
-            lines.unpersist()
+        for function in self.functions.values():
+            prepare = getattr(function, "prepare", None)
+            if prepare is not None:
+                prepare(batch_id, df.sparkSession)
+        specs = [spec for f in self.functions.values() for spec in f.specs]
+        partials, max_us = merge_partials(raw_partials(df, specs))
+        # Counted before the kinds run: their rows are visible as soon as each commits (a batch
+        # that Spark runs again after a crash is counted again).
+        for key, count in totals_of(partials).items():
+            self.totals[key] += count
+        self.seconds["stage1"] = time.perf_counter() - started
+        queries = partials["query"]
+        for name, function in self.functions.items():
+            started = time.perf_counter()
+            mine = pc.is_in(queries, pa.array([s.name for s in function.specs]))
+            function.apply(partials.filter(mine), max_us, batch_id)
+            self.seconds[name] = time.perf_counter() - started
+        for name, spent in self.seconds.items():
+            self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
 
 
 @dataclass
@@ -724,7 +700,10 @@ def _start(
     if shared:
         batch = SharedBatch(shared)
         guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
-        packets = read_packets(spark, cfg, keep_control=True, keep_malformed=True)
+        packets = raw_messages(
+            kafka_stream(spark, cfg, min_partitions=spark.sparkContext.defaultParallelism),
+            cfg.pipeline.max_future_s,
+        )
 
         def shared_writer() -> Any:
             return (

@@ -1,18 +1,30 @@
-"""Stage 1 of the counting kinds in one pass over a micro-batch: per-partition counts with pyarrow.
+"""Stage 1 of every batch kind in one pass over a micro-batch: per-partition partials with pyarrow.
 
-The traffic and top-k kinds both start from exact counts per (sub-window, key): packets and bytes
-per (1 s window, protocol), packets or bytes per (sub-window, key text) of every top-k query. As
-Spark aggregations these are a job and a shuffle over string keys each (~90k rows/s on 2 cores
-for the nine default queries); as pyarrow ``group_by`` they take a fraction of a second per
-million rows. :func:`partial_counts` runs them all inside Spark's ``mapInArrow``, one Arrow batch
-of a partition at a time, so the work stays on the executors and only the partial counts — rows
-per (query, sub-window, key) — reach the driver, where :func:`merge_partials` sums them.
+The traffic, top-k and distinct kinds all start from a pass over the batch's packets: exact counts
+per (sub-window, key) — packets and bytes per (1 s window, protocol), packets or bytes per
+(sub-window, key text) of every top-k query — and one HLL sketch per (sub-window, group) of every
+distinct-count query. As Spark aggregations these are a job and a shuffle each (~90k rows/s on 2
+cores for the nine default queries); as pyarrow ``group_by`` they take a fraction of a second per
+million rows. :func:`raw_partials` runs them all inside Spark's ``mapInArrow`` over the *raw*
+Kafka records: each task parses its messages' CSV with pyarrow (:func:`decode_messages`, the
+wire format's lenient reading, ``ingest.wire.parse_lines``) and computes every stage 1 from the
+Arrow rows, so decoded packets never go back into the JVM; only the partials — rows per (query,
+sub-window, key) — reach the driver, where :func:`merge_partials` sums the counts.
 
-Each :class:`CountSpec` names one counting query: its key fields (or ``proto`` for traffic, where
-a null key is a group of its own), its weight (``packets``: 1, ``bytes``: ``wire_len``) and its
-sub-window in microseconds. Partial rows are ``query, sw, key, records, weight``: how many records
-and their summed weight. A row with the query ``MAX_QUERY`` carries a partition's largest event
-time in microseconds in ``sw`` (control rows included): the batch's watermark follows from it.
+A :class:`CountSpec` names one counting query: its key fields (or ``proto`` for traffic, where a
+null key is a group of its own), its weight (``packets``: 1, ``bytes``: ``wire_len``) and its
+sub-window in microseconds. A :class:`DistinctSpec` names one distinct-count query: its group and
+item fields, sub-window, ``lg_k`` and the last sub-window already reported (``lo``: items of
+older sub-windows are late). Partial rows are ``query, sw, key, records, weight, sketch``:
+
+- counts: how many records and their summed weight per (query, sub-window, key);
+- distinct: per (query, sub-window, group) the records sketched and the sketch (DataSketches
+  ``HLL_8``, the bytes Spark's ``hll_sketch_agg`` would give for the same items); per query a
+  row with neither ``sw`` nor ``key`` whose ``weight`` counts late records;
+- ``MAX_QUERY``: a partition's largest event time in microseconds in ``sw`` (control rows
+  included): the batch's watermark follows from it;
+- ``TOTALS_QUERY``: per ``key`` in ``packets, control, malformed, future`` the lines of that
+  class in ``records``.
 """
 
 from __future__ import annotations
@@ -23,16 +35,39 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from datasketches import hll_sketch, tgt_hll_type
 from pyspark.sql import DataFrame
 
 from analytics.keys import key_text, weights
+from ingest.wire import CONTROL_WATERMARK, parse_lines
+from netmon.records import ARROW_SCHEMA
 
-__all__ = ["MAX_QUERY", "PARTIAL_SCHEMA", "CountSpec", "merge_partials", "partial_counts", "partials_of"]
+__all__ = [
+    "MAX_QUERY",
+    "PARTIAL_SCHEMA",
+    "TOTALS",
+    "TOTALS_QUERY",
+    "CountSpec",
+    "DistinctSpec",
+    "Spec",
+    "decode_messages",
+    "merge_partials",
+    "partial_counts",
+    "partials_of",
+    "raw_partials",
+    "totals_of",
+]
 
 #: The partial rows' Spark schema.
-PARTIAL_SCHEMA = "query STRING, sw BIGINT, key STRING, records BIGINT, weight BIGINT"
+PARTIAL_SCHEMA = "query STRING, sw BIGINT, key STRING, records BIGINT, weight BIGINT, sketch BINARY"
 #: The query name of the rows that carry a partition's largest event time (``sw``, microseconds).
 MAX_QUERY = "\x00max"
+#: The query name of the rows that count the batch's lines by class (``key``: one of :data:`TOTALS`).
+TOTALS_QUERY = "\x00totals"
+#: The classes every line of a batch falls in: exactly one each.
+TOTALS = ("packets", "control", "malformed", "future")
+#: The register width Spark's ``hll_sketch_agg`` writes (``analytics.distinct.HLL_TYPE``).
+_HLL_TYPE = tgt_hll_type.HLL_8
 
 _ARROW_SCHEMA = pa.schema(
     [
@@ -41,6 +76,16 @@ _ARROW_SCHEMA = pa.schema(
         ("key", pa.string()),
         ("records", pa.int64()),
         ("weight", pa.int64()),
+        ("sketch", pa.binary()),
+    ]
+)
+#: The decoded rows stage 1 reads: ``ts`` in microseconds (Spark's precision), a control flag,
+#: then the record columns.
+ROW_SCHEMA = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("is_control", pa.bool_()),
+        *list(ARROW_SCHEMA)[1:],
     ]
 )
 
@@ -60,6 +105,38 @@ class CountSpec:
     keep_null_key: bool = False
 
 
+@dataclass(frozen=True)
+class DistinctSpec:
+    """One distinct-count query of stage 1: an HLL sketch per (sub-window, group)."""
+
+    name: str
+    #: group fields (empty: one global group, text ``""``)
+    group: tuple[str, ...]
+    #: counted fields (the item is their canonical key text)
+    item: tuple[str, ...]
+    #: sub-window length in microseconds
+    b_us: int
+    lg_k: int
+    #: the last sub-window index already reported: items of sub-windows <= lo are late
+    lo: int
+
+
+Spec = CountSpec | DistinctSpec
+
+
+def _table(columns: dict[str, pa.Array | list]) -> pa.Table:
+    n = max((len(v) for v in columns.values()), default=0)
+    full = {
+        name: columns.get(name, pa.nulls(n, field.type))
+        for name, field in zip(_ARROW_SCHEMA.names, _ARROW_SCHEMA, strict=True)
+    }
+    return pa.table(full, schema=_ARROW_SCHEMA)
+
+
+def _names(name: str, n: int) -> pa.Array:
+    return pa.array([name] * n, pa.string()) if n else pa.array([], pa.string())
+
+
 def _counts(batch: pa.RecordBatch, ts_us: np.ndarray, spec: CountSpec) -> pa.Table:
     if spec.keep_null_key:
         keys = pc.cast(batch.column(spec.fields[0]), pa.string())
@@ -73,59 +150,227 @@ def _counts(batch: pa.RecordBatch, ts_us: np.ndarray, spec: CountSpec) -> pa.Tab
     if not spec.keep_null_key and keys.null_count:
         table = table.filter(pc.is_valid(keys))
     grouped = table.group_by(["sw", "key"], use_threads=False).aggregate([([], "count_all"), ("w", "sum")])
-    n = grouped.num_rows
-    return pa.table(
+    return _table(
         {
-            "query": pa.array([spec.name] * n, pa.string()) if n else pa.array([], pa.string()),
+            "query": _names(spec.name, grouped.num_rows),
             "sw": grouped["sw"],
             "key": grouped["key"],
             "records": grouped["count_all"],
             "weight": pc.fill_null(grouped["w_sum"], 0),
-        },
-        schema=_ARROW_SCHEMA,
+        }
     )
 
 
-def partials_of(batch: pa.RecordBatch, specs: Sequence[CountSpec]) -> pa.Table:
+def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> pa.Table:
+    """Per (sub-window, group): the records counted and their items' HLL sketch; the late count.
+
+    A record counts when its group and item are present and the item is not empty (as offline,
+    ``analytics.distinct_offline``); a counted record of a sub-window ``<= lo`` is late. Each
+    sketch gets every distinct item of its (sub-window, group) once: ``update`` is idempotent,
+    so the sketch equals one fed every record, as Spark's ``hll_sketch_agg`` is.
+    """
+    n = batch.num_rows
+    group = key_text(batch, spec.group) if spec.group else pa.array([""] * n, pa.string())
+    item = key_text(batch, spec.item)
+    idx = np.floor_divide(ts_us, spec.b_us)
+    counted = pc.and_(pc.is_valid(group), pc.fill_null(pc.not_equal(item, ""), False))
+    fresh = pc.and_(counted, pa.array(idx > spec.lo))
+    late = pc.sum(pc.and_not(counted, fresh)).as_py() or 0
+    rows = pa.table({"sw": pa.array(idx), "key": group, "item": item}).filter(fresh)
+    parts = [_table({"query": [spec.name], "records": [0], "weight": [late]})]
+    if rows.num_rows:
+        per_group = rows.group_by(["sw", "key"], use_threads=False).aggregate([([], "count_all")])
+        per_group = per_group.sort_by([("sw", "ascending"), ("key", "ascending")])
+        items = rows.group_by(["sw", "key", "item"], use_threads=False).aggregate([])
+        items = items.sort_by([("sw", "ascending"), ("key", "ascending")])
+        # Both sorted by (sub-window, group): the i-th sketch is the i-th group's.
+        built: list[hll_sketch] = []
+        previous = None
+        for sw, key, text in zip(
+            items["sw"].to_pylist(), items["key"].to_pylist(), items["item"].to_pylist(), strict=True
+        ):
+            if (sw, key) != previous:
+                built.append(hll_sketch(spec.lg_k, _HLL_TYPE))
+                previous = (sw, key)
+            built[-1].update(text)
+        sketches = [sketch.serialize_updatable() for sketch in built]
+        parts.append(
+            _table(
+                {
+                    "query": _names(spec.name, per_group.num_rows),
+                    "sw": per_group["sw"],
+                    "key": per_group["key"],
+                    "records": per_group["count_all"],
+                    "weight": pa.array(np.zeros(per_group.num_rows, np.int64)),
+                    "sketch": pa.array(sketches, pa.binary()),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.Table:
     """Stage 1 of ``specs`` over one Arrow batch of decoded rows (``ts``, ``is_control``, fields)."""
     ts = pc.cast(batch.column("ts"), pa.int64())
     ts = ts.combine_chunks() if isinstance(ts, pa.ChunkedArray) else ts
     parts = []
     if len(ts) and ts.null_count < len(ts):
-        top = pc.max(ts).as_py()
         parts.append(
-            pa.table(
-                {"query": [MAX_QUERY], "sw": [top], "key": [None], "records": [0], "weight": [0]},
-                schema=_ARROW_SCHEMA,
-            )
+            _table({"query": [MAX_QUERY], "sw": [pc.max(ts).as_py()], "records": [0], "weight": [0]})
         )
     rows = batch.filter(pc.invert(batch.column("is_control")))
     if rows.num_rows:
         ts_us = np.asarray(pc.cast(rows.column("ts"), pa.int64()).to_numpy(zero_copy_only=False), np.int64)
-        parts += [_counts(rows, ts_us, spec) for spec in specs]
+        for spec in specs:
+            parts.append(
+                _counts(rows, ts_us, spec) if isinstance(spec, CountSpec) else _sketches(rows, ts_us, spec)
+            )
+    else:
+        parts += [
+            _table({"query": [s.name], "records": [0], "weight": [0]})
+            for s in specs
+            if isinstance(s, DistinctSpec)
+        ]
     return pa.concat_tables(parts) if parts else _ARROW_SCHEMA.empty_table()
 
 
-def partial_counts(df: DataFrame, specs: Sequence[CountSpec]) -> pa.Table:
-    """Stage 1 of ``specs`` over a micro-batch: per-partition partials (``mapInArrow``), collected."""
+def _columns(specs: Sequence[Spec]) -> list[str]:
+    fields = {f for s in specs for f in (s.fields if isinstance(s, CountSpec) else (*s.group, *s.item))}
+    weights = {"wire_len"} if any(isinstance(s, CountSpec) and s.weight == "bytes" for s in specs) else set()
+    return sorted({"ts", "is_control", *weights, *fields})
+
+
+def partial_counts(df: DataFrame, specs: Sequence[Spec]) -> pa.Table:
+    """Stage 1 of ``specs`` over a micro-batch of decoded rows: partials per partition, collected."""
     specs = tuple(specs)
-    columns = sorted({"ts", "is_control", *(f for s in specs for f in s.fields), "wire_len"})
 
     def stage1(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield from partials_of(batch, specs).to_batches()
 
-    return df.select(*columns).mapInArrow(stage1, PARTIAL_SCHEMA).toArrow()
+    return df.select(*_columns(specs)).mapInArrow(stage1, PARTIAL_SCHEMA).toArrow()
+
+
+def decode_messages(messages: pa.RecordBatch | pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    """Raw Kafka messages -> decoded rows (:data:`ROW_SCHEMA`) and the count of each line class.
+
+    ``messages``: ``value`` (binary), ``known`` (the message's format and version headers are
+    this wire format's), ``control`` (its ``netmon.control`` header or null) and ``horizon_ns``
+    (null, or the event time past which a record is from the future). A line of a known message
+    without a control header is a packet if it parses (``ingest.wire.parse_lines``); a line of a
+    known ``watermark`` control message holding an integer is a control row (its event time);
+    a packet or control row later than ``horizon_ns`` is *future*: counted, and dropped; every
+    other non-empty line is malformed. The rules of ``docs/wire-format.md``, as Spark's decoding
+    (``pipeline.source.decode_packets``) applies them to the join queries' stream.
+    """
+    totals = dict.fromkeys(TOTALS, 0)
+    values = messages.column("value").to_pylist()
+    known = messages.column("known").to_pylist()
+    control = messages.column("control").to_pylist()
+    horizons = [h for h in messages.column("horizon_ns").to_pylist() if h is not None]
+    horizon = min(horizons) if horizons else None
+    tables: list[pa.Table] = []
+    control_ns: list[int] = []
+    for value, ok, kind in zip(values, known, control, strict=True):
+        value = value or b""
+        if ok and kind is None:
+            table, bad = parse_lines(value)
+            tables.append(table)
+            totals["malformed"] += bad
+            continue
+        for line in value.split(b"\n"):
+            if not line:
+                continue
+            if ok and kind == CONTROL_WATERMARK:
+                try:
+                    control_ns.append(int(line.strip()))
+                    continue
+                except ValueError:
+                    pass
+            totals["malformed"] += 1
+    records = pa.concat_tables(tables) if tables else None
+    ts_ns = records.column("ts") if records is not None else pa.array([], pa.int64())
+    if horizon is not None and len(ts_ns) and records is not None:
+        ahead = pc.greater(ts_ns, horizon)
+        future = pc.sum(ahead).as_py() or 0
+        if future:
+            records = records.filter(pc.invert(ahead))
+            ts_ns = records.column("ts")
+            totals["future"] += future
+    if horizon is not None:
+        totals["future"] += sum(1 for ns in control_ns if ns > horizon)
+        control_ns = [ns for ns in control_ns if ns <= horizon]
+    totals["packets"] = len(ts_ns)
+    totals["control"] = len(control_ns)
+    # Spark's event time: `timestamp_micros(ts_ns div 1000)` (integer division toward zero).
+    ts_us = pc.divide(pc.cast(ts_ns, pa.int64()), 1000)
+    columns = [pa.array(np.zeros(len(ts_ns), bool))]
+    if records is not None:
+        columns += [records.column(name) for name in ARROW_SCHEMA.names[1:]]
+    else:
+        columns += [pa.array([], field.type) for field in list(ARROW_SCHEMA)[1:]]
+    rows = pa.Table.from_arrays([pc.cast(ts_us, pa.timestamp("us", tz="UTC")), *columns], schema=ROW_SCHEMA)
+    if control_ns:
+        marks = pa.table(
+            {
+                "ts": pa.array(
+                    [ns // 1000 if ns >= 0 else -((-ns) // 1000) for ns in control_ns], pa.int64()
+                ).cast(pa.timestamp("us", tz="UTC")),
+                "is_control": pa.array([True] * len(control_ns)),
+            }
+        )
+        rows = pa.concat_tables([rows, marks], promote_options="default").cast(ROW_SCHEMA)
+    return rows, totals
+
+
+def totals_of(merged: pa.Table) -> dict[str, int]:
+    """The line classes' counts of a merged batch (:func:`merge_partials`)."""
+    rows = merged.filter(pc.equal(merged["query"], TOTALS_QUERY))
+    counts = dict(zip(rows["key"].to_pylist(), rows["records"].to_pylist(), strict=True))
+    return {name: int(counts.get(name) or 0) for name in TOTALS}
+
+
+def raw_partials(messages: DataFrame, specs: Sequence[Spec]) -> pa.Table:
+    """Decode and stage 1 of ``specs`` over a micro-batch of raw Kafka messages, collected.
+
+    ``messages``: ``value, known, control, horizon_ns`` (``pipeline.source.raw_messages``). Each
+    task decodes its messages with pyarrow and computes every partial of its rows.
+    """
+    specs = tuple(specs)
+
+    def stage1(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows, totals = decode_messages(batch)
+            yield from partials_of(rows, specs).to_batches()
+            yield from _table(
+                {
+                    "query": _names(TOTALS_QUERY, len(TOTALS)),
+                    "key": list(TOTALS),
+                    "records": [totals[name] for name in TOTALS],
+                    "weight": [0] * len(TOTALS),
+                }
+            ).to_batches()
+
+    return messages.mapInArrow(stage1, PARTIAL_SCHEMA).toArrow()
 
 
 def merge_partials(partials: pa.Table) -> tuple[pa.Table, int | None]:
-    """Sum the partitions' partials per (query, sub-window, key); the batch's largest event time (µs)."""
+    """Sum the partitions' counts per (query, sub-window, key); the batch's largest event time (µs).
+
+    Sketch rows pass through unmerged (a sub-window's partial sketches are united later, by the
+    distinct kind's store): the result has the partial rows' columns.
+    """
     is_max = pc.equal(partials["query"], MAX_QUERY)
     tops = partials.filter(is_max)["sw"]
     max_us = pc.max(tops).as_py() if len(tops) else None
     rows = partials.filter(pc.invert(is_max))
-    merged = rows.group_by(["query", "sw", "key"], use_threads=False).aggregate(
+    has_sketch = pc.is_valid(rows["sketch"])
+    sketches = rows.filter(has_sketch)
+    counts = rows.filter(pc.invert(has_sketch))
+    merged = counts.group_by(["query", "sw", "key"], use_threads=False).aggregate(
         [("records", "sum"), ("weight", "sum")]
     )
     merged = merged.select(["query", "sw", "key", "records_sum", "weight_sum"])
-    return merged.rename_columns(["query", "sw", "key", "records", "weight"]), max_us
+    merged = merged.rename_columns(["query", "sw", "key", "records", "weight"])
+    merged = merged.append_column("sketch", pa.nulls(merged.num_rows, pa.binary()))
+    return pa.concat_tables([merged.cast(_ARROW_SCHEMA), sketches]), max_us

@@ -16,7 +16,7 @@ from netmon.config import Config
 from netmon.kafka_security import spark_options
 from netmon.records import SPARK_DDL, WIRE_FORMAT, WIRE_VERSION
 
-__all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "read_packets"]
+__all__ = ["FIELD_COUNT", "decode_packets", "kafka_stream", "raw_messages", "read_packets"]
 
 FIELD_COUNT = len(SPARK_DDL.split(","))
 
@@ -27,7 +27,9 @@ def _header(name: str) -> Column:
     return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value").cast("string")
 
 
-def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) -> DataFrame:
+def kafka_stream(
+    spark: SparkSession, cfg: Config, *, topic: str | None = None, min_partitions: int | None = None
+) -> DataFrame:
     """Raw Kafka records of the packets topic, from the earliest offset on a fresh checkpoint.
 
     ``[kafka]`` authentication and TLS become the source's ``kafka.*`` security options
@@ -45,6 +47,10 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
     )
     for key, value in spark_options(cfg.kafka).items():
         reader = reader.option(key, value)
+    if min_partitions:
+        # A batch's offsets split into at least this many tasks: with one Kafka partition, one task
+        # would leave all but one core idle.
+        reader = reader.option("minPartitions", str(min_partitions))
     if cfg.spark.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.spark.max_offsets_per_trigger)
         if cfg.kafka.partitions > 1:
@@ -60,6 +66,31 @@ def kafka_stream(spark: SparkSession, cfg: Config, *, topic: str | None = None) 
                 },
             )
     return reader.load()
+
+
+def raw_messages(raw: DataFrame, max_future_s: float = 0.0) -> DataFrame:
+    """Kafka records -> ``value, known, control, horizon_ns``: one row per message, for Python decoding.
+
+    ``known``: the message's ``netmon.format`` and ``netmon.version`` headers are this wire
+    format's; ``control``: its ``netmon.control`` header (null on data messages); ``horizon_ns``
+    (``max_future_s`` > 0): the event time, in ns, past which a record is from the future — the
+    batch's wall-clock time (``current_timestamp()``, which Spark fixes per micro-batch and keeps
+    for a rerun) plus ``max_future_s``. ``pipeline.partials.decode_messages`` decodes them with
+    the rules :func:`decode_packets` applies in Spark.
+    """
+    known = _header("netmon.format").eqNullSafe(F.lit(WIRE_FORMAT)) & _header("netmon.version").eqNullSafe(
+        F.lit(str(WIRE_VERSION))
+    )
+    if max_future_s > 0:
+        horizon = (F.unix_micros(F.current_timestamp()) + F.lit(round(max_future_s * 1e6))) * 1000
+    else:
+        horizon = F.lit(None).cast("long")
+    return raw.select(
+        F.col("value"),
+        known.alias("known"),
+        _header("netmon.control").alias("control"),
+        horizon.alias("horizon_ns"),
+    )
 
 
 def decode_packets(
