@@ -10,6 +10,8 @@ oracle; the docstrings cite the paper section they implement.
   ``distinct_offline``, ``distinct_bench``;
 - window joins with load shedding (Ayad et al.): ``join``, ``shedding``, the cost model ``join_cost``,
   ``join_queries`` and the evaluation ``join_eval``;
+- overload (seeds 000, 004): plans of selections and joins with drop boxes ``plan``, the per-query
+  cost model and its calibrated constants ``cost_model``, the ``netmon explain`` report ``explain``;
 - shared: record keys and weights ``keys``, durations and instants as text ``timetext``.
 
 Verbs mean the same in every class, so a reader who knows one class knows the others
@@ -54,15 +56,18 @@ Floor 2 of the house (README, "Architecture"): it stands on ``ingest`` and ``net
 """
 
 __all__ = [
+    "cost_model",
     "distinct",
     "distinct_bench",
     "distinct_offline",
     "distinct_queries",
+    "explain",
     "join",
     "join_cost",
     "join_eval",
     "join_queries",
     "keys",
+    "plan",
     "shedding",
     "timetext",
     "topk",

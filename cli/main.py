@@ -52,6 +52,7 @@ COMMANDS = {
     "dashboard": "cli.commands.dashboard:command",
     "demo": "cli.commands.demo:command",
     "eval": "cli.commands.evaluate:command",
+    "explain": "cli.commands.explain:command",
     "parse": "cli.commands.parse:command",
     "pipeline": "cli.commands.pipeline:command",
     "replay": "cli.commands.replay:command",

@@ -17,6 +17,7 @@ from cli.main import LazyGroup
         "distinct": "cli.commands.bench_distinct:command",
         "join": "cli.commands.bench_join:command",
         "pipeline": "cli.commands.bench_pipeline:command",
+        "calibrate": "cli.commands.bench_calibrate:command",
     },
 )
 def command() -> None:

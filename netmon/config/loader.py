@@ -31,6 +31,7 @@ from typing import Any
 
 from netmon.config.alerts import AlertsConfig
 from netmon.config.checks import ConfigError
+from netmon.config.resources import ResourcesConfig
 from netmon.config.sections import (
     DashboardConfig,
     IngestConfig,
@@ -59,6 +60,8 @@ class Config:
     #: the join operator's load shedding (the join queries themselves are ``[[queries.join]]``)
     shedding: SheddingConfig = field(default_factory=SheddingConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    #: budgets and QoS ranges for the cost model (netmon explain) and the resource manager
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
 

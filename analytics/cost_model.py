@@ -1,0 +1,555 @@
+"""The cost model of netmon's queries: CPU seconds per second and state bytes at an input rate.
+
+For each query kind (traffic, top-k, distinct, join) :class:`CostModel` estimates, from the input
+rate λ (packets per second), the key and group cardinalities of the traffic and the query's knobs
+(window N, sub-window g, k, lg_k), the operations per second each stage performs, their CPU cost
+(a utilization: CPU seconds per second, seed 000 §3.1) and the state the query holds. The per-
+operation constants are measured on this machine by ``netmon bench calibrate`` and stored in the
+state directory (:func:`calibration_file`); without a calibration the built-in
+:data:`DEFAULT_CONSTANTS` are used and :attr:`CostConstants.source` says ``"defaults"``.
+
+Where each formula comes from (``docs/overload.md`` has the full table):
+
+- distinct keys in a sub-window of ``n = λ·g`` records over ``K`` equally likely keys:
+  ``D(n, K) = K·(1 − e^(−n/K))``, the Poisson ("large X") form of seed 004's occupancy argument
+  behind (CKSV-5) and (CKSV-15) (digest B.8 recommends it over the printed ``(1 − 1/d)^g``);
+- the join: seed 003's eq. (2) ``(λ_L + λ_R)·C_u + λ_out·C_p`` (= (AN-9) with C_u = C_I + C_V),
+  computed by :class:`analytics.join_cost.JoinCostModel`; its state (CKSV-9) with the interval
+  length ``l = T + watermark`` (digest C.4: Spark keeps join rows for the window plus the
+  watermark delay, and the state is purged once per micro-batch, so (9)'s slack term
+  ``d_j/(2·d_i)`` for input-triggered purges is left out: both departures from the paper);
+- the stream characteristics (d, l, g) of seed 004 §3.3, Cost Formulas (1)–(4) and (7):
+  :class:`StreamCharacteristics`, which agree with seed 000's (AN-1)–(AN-4) under λ = 1/d, W = l/d;
+- traffic, top-k and distinct are netmon's own operators (not the papers' Algorithm 1): their
+  formulas count the work of the single-pass stage 1 (one key + group-by per record and query)
+  and of the sub-window merges (Golab Alg. 6; HLL unions), in the same style as (CKSV-16)–(19):
+  events per second times a calibrated cost per event.
+
+Traffic is assumed uniform over the keys (seed 004 §3.1 assumes uniform groups, digest B.10-13):
+skewed keys make the distinct-key counts, and so the estimates, upper bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analytics._base import Base
+from analytics.join_cost import JoinCostModel
+from analytics.plan import FractionalKnapsack
+from netmon.config import Config, DistinctQuery, JoinQuery, TopKQuery
+
+__all__ = [
+    "CALIBRATION_FILE",
+    "DEFAULT_CONSTANTS",
+    "CostConstants",
+    "CostModel",
+    "Estimate",
+    "SamplingPlan",
+    "StreamCharacteristics",
+    "Workload",
+    "calibration_file",
+    "distinct_keys",
+    "load_constants",
+    "place_sampling",
+    "save_constants",
+]
+
+#: Where ``netmon bench calibrate`` writes the constants, under ``[paths] state_dir``.
+CALIBRATION_FILE = Path("calibration") / "cost-model.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostConstants:
+    """Seconds per operation and bytes per state entry, measured by ``netmon bench calibrate``."""
+
+    #: stage 1: one record through one counting query (key text + group-by), seconds
+    count_row_s: float = 5.0e-8
+    #: stage 1: one (sub-window, key) partial row produced and merged, seconds
+    count_group_s: float = 2.0e-7
+    #: Golab Alg. 6: one key of a closed sub-window through the top-k selection and counters, seconds
+    topk_key_s: float = 3.0e-7
+    #: distinct: one distinct (group, item) of a sub-window into its HLL sketch, seconds
+    sketch_item_s: float = 3.0e-7
+    #: distinct: one sub-window sketch united into a window's answer, seconds
+    sketch_union_s: float = 1.0e-6
+    #: join C_u: insert one tuple and later expire it (seed 003; (AN-9) C_I + C_V), seconds
+    join_update_s: float = 5.0e-7
+    #: join C_p: probe for and produce one result, seconds
+    join_probe_s: float = 5.0e-7
+    #: one aggregate row of state (traffic window, partial count), bytes
+    row_bytes: float = 40.0
+    #: one (key, count) pair of Alg. 6's state, bytes
+    topk_entry_bytes: float = 32.0
+    #: one register of a dense HLL sketch, bytes (2^lg_k registers)
+    hll_register_bytes: float = 1.0
+    #: one coupon of a sparse HLL sketch (one distinct item), bytes
+    hll_coupon_bytes: float = 10.0
+    #: an HLL sketch's fixed header, bytes
+    hll_header_bytes: float = 40.0
+    #: one stored join tuple, bytes
+    join_tuple_bytes: float = 48.0
+    #: "defaults", or how and when they were measured
+    source: str = "defaults"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CostConstants:
+        """From :meth:`to_dict`'s form; unknown keys are an error naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"cost constants: unknown key {unknown[0]!r}")
+        values = dict(data)
+        for name, value in values.items():
+            if name != "source" and not (
+                isinstance(value, int | float) and value >= 0 and math.isfinite(value)
+            ):
+                raise ValueError(f"cost constants {name}: expected a number >= 0, got {value!r}")
+        return cls(**values)
+
+
+#: The built-in constants, used only when no calibration exists (``netmon explain`` says so): round
+#: values of the order measured on a 2-core development VM, not this machine's.
+DEFAULT_CONSTANTS = CostConstants()
+
+
+def calibration_file(state_dir: str | os.PathLike[str]) -> Path:
+    """The calibration file under a state directory (``[paths] state_dir``)."""
+    return Path(state_dir) / CALIBRATION_FILE
+
+
+def load_constants(state_dir: str | os.PathLike[str]) -> CostConstants:
+    """The calibrated constants of this machine, or :data:`DEFAULT_CONSTANTS` if none were measured."""
+    path = calibration_file(state_dir)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return DEFAULT_CONSTANTS
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: unreadable calibration ({exc}); run netmon bench calibrate again"
+        ) from None
+    return CostConstants.from_dict(data.get("constants", data))
+
+
+def save_constants(
+    constants: CostConstants, state_dir: str | os.PathLike[str], extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``constants`` (and ``extra`` details of the run) atomically to :func:`calibration_file`."""
+    path = calibration_file(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"constants": constants.to_dict(), **(extra or {})}, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def distinct_keys(n: float, keys: float) -> float:
+    """Expected distinct keys among ``n`` records drawn uniformly from ``keys`` keys: ``K·(1 − e^(−n/K))``.
+
+    The Poisson form of the occupancy count behind (CKSV-5) and (CKSV-15) (digest B.8).
+
+    >>> round(distinct_keys(1000, 1000), 1), distinct_keys(10, 1e12) > 9.99
+    (632.1, True)
+    """
+    if n <= 0 or keys <= 0:
+        return 0.0
+    return keys * -math.expm1(-n / keys)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What the traffic looks like to the cost model: its rate and its key populations.
+
+    ``key_cardinality`` is the number of distinct values of a query's key field in the traffic
+    (a top-k key, a distinct query's counted item), ``group_cardinality`` of a distinct query's
+    ``group_by`` field, ``protocols`` of ``proto``; ``key_cardinalities`` overrides them per field
+    (:meth:`cardinality`); ``syn_fraction`` and ``synack_fraction`` are the shares of the records on the
+    handshake join's two sides, ``link_fraction`` of each side of a link join, whose key matches
+    with ``link_selectivity`` (seed 003's f).
+    """
+
+    rate_pps: float
+    key_cardinality: float = 10_000.0
+    group_cardinality: float = 1_000.0
+    protocols: float = 4.0
+    syn_fraction: float = 0.02
+    synack_fraction: float = 0.02
+    link_fraction: float = 0.5
+    link_selectivity: float = 1e-4
+    #: measured distinct values of particular record fields, e.g. (("dst_port", 1200.0),)
+    key_cardinalities: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name == "key_cardinalities":
+                continue
+            value = getattr(self, f.name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"Workload {f.name}: expected a finite number >= 0, got {value!r}")
+
+    def cardinality(self, key: str, default: float | None = None) -> float:
+        """Distinct values of a key (comma-separated fields): the product over its fields.
+
+        A field's value is its entry in ``key_cardinalities``, else ``protocols`` for ``proto``,
+        else ``default`` (``key_cardinality`` when not given).
+
+        >>> Workload(rate_pps=1, key_cardinality=100, protocols=3).cardinality("proto,dst_port")
+        300.0
+        """
+        known = dict(self.key_cardinalities)
+        fallback = self.key_cardinality if default is None else default
+        total = 1.0
+        for name in key.split(","):
+            name = name.strip()
+            total *= known.get(name, self.protocols if name == "proto" else fallback)
+        return total
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One query's estimate: CPU seconds per second, state rows and bytes, and how they arise."""
+
+    kind: str
+    query: str
+    cpu: float
+    state_rows: float
+    memory_bytes: float
+    #: operations per second by name (the model's event rates, seed 004 §5: counted at runtime)
+    ops: dict[str, float] = field(default_factory=dict)
+    #: the knobs the estimate was made for (window_s, sub_window_s, k, lg_k, keep ...)
+    knobs: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class StreamCharacteristics(Base):
+    """A physical stream's (d, l, g): mean start gap, mean interval length, granularity (seed 004 §3).
+
+    The rate is ``1/d`` and the live count ``l/d``. Cost Formulas (1)–(4) and (7) give an
+    operator's output characteristics; with λ = 1/d and W = l/d, (4) composed with (2) is seed
+    000's (AN-3) and (AN-4) (digest B.4), so one propagator serves both papers.
+
+    Parameters
+    ----------
+    d
+        Mean distance between start timestamps (time units; ``math.inf``: the empty stream).
+    l
+        Mean interval length (a source's elements last one tick: ``l = 1``).
+    g
+        Granularity spacing.
+
+    Examples
+    --------
+    >>> s = StreamCharacteristics(d=0.01, l=10.0, g=1.0)
+    >>> s.join(StreamCharacteristics(d=0.01, l=10.0, g=1.0), selectivity=1 / 50).rate
+    4000.0
+
+    References
+    ----------
+    .. [1] M. Cammert, J. Krämer, B. Seeger, S. Vaupel, "A Cost Model for Adaptive Resource
+       Management in Data Stream Systems", Univ. Marburg, §3.3 Cost Formulas 1–4, 7; §5 E3.
+    """
+
+    def __init__(self, d: float, l: float, g: float = 1.0) -> None:  # noqa: E741 - the paper's l
+        if not (d > 0 and l >= 0 and g > 0):
+            raise ValueError(f"(d, l, g): expected d > 0, l >= 0, g > 0, got {(d, l, g)!r}")
+        self.d, self.l, self.g = float(d), float(l), float(g)
+
+    @property
+    def rate(self) -> float:
+        """Elements per time unit, ``1/d``."""
+        return 0.0 if math.isinf(self.d) else 1.0 / self.d
+
+    @property
+    def live(self) -> float:
+        """Valid elements at any instant, ``l/d`` (seed 000's W)."""
+        return 0.0 if math.isinf(self.d) else self.l / self.d
+
+    def select(self, selectivity: float) -> StreamCharacteristics:
+        """(CKSV-2): ``d' = d/sel``; a projection (CKSV-1) is ``select(1)``."""
+        if not 0 < selectivity <= 1:
+            return StreamCharacteristics(math.inf, 0.0, self.g)
+        return StreamCharacteristics(self.d / selectivity, self.l, self.g)
+
+    def union(self, *others: StreamCharacteristics) -> StreamCharacteristics:
+        """(CKSV-3): rates add; ``l'`` is the rate-weighted mean of the lengths."""
+        parts = [self, *others]
+        rate = sum(p.rate for p in parts)
+        if rate == 0:
+            return StreamCharacteristics(math.inf, 0.0, self.g)
+        return StreamCharacteristics(1.0 / rate, sum(p.rate * p.l for p in parts) / rate, self.g)
+
+    def join(self, other: StreamCharacteristics, selectivity: float = 1.0) -> StreamCharacteristics:
+        """(CKSV-4), a product then a selection: ``d' = d1·d2/(σ·(l1 + l2))``, ``l' = l1·l2/(l1 + l2)``."""
+        span = self.l + other.l
+        if span == 0 or selectivity == 0 or math.isinf(self.d) or math.isinf(other.d):
+            return StreamCharacteristics(math.inf, 0.0, self.g)
+        return StreamCharacteristics(self.d * other.d / (selectivity * span), self.l * other.l / span, self.g)
+
+    def window(self, w: float) -> StreamCharacteristics:
+        """(CKSV-7), time window of size w ≫ g: ``d' = g·d/l``, ``l' = ⌊(w+1)/g⌋·g``.
+
+        Seed 004 writes a source element's window as ``[t, t + 1 + w)`` in ticks; the digest (B.10-3)
+        notes the ``+1``. For a source (l = g = 1) ``d' = d``.
+        """
+        return StreamCharacteristics(self.g * self.d / self.l, math.floor((w + 1) / self.g) * self.g, self.g)
+
+
+def _n_sub(window_s: float, sub_window_s: float) -> float:
+    return max(1.0, round(window_s / sub_window_s))
+
+
+class CostModel(Base):
+    """Estimated CPU (seconds per second) and state (rows, bytes) of every configured query.
+
+    Parameters
+    ----------
+    constants
+        The calibrated :class:`CostConstants` (:func:`load_constants`).
+    watermark_s
+        The pipeline's watermark delay: windows and join tuples stay in state that much longer.
+
+    Examples
+    --------
+    >>> m = CostModel(DEFAULT_CONSTANTS, watermark_s=5.0)
+    >>> e = m.traffic(Workload(rate_pps=10_000, protocols=4), window_s=1.0)
+    >>> round(e.cpu, 6), e.state_rows
+    (0.000501, 24.0)
+
+    References
+    ----------
+    .. [1] M. Cammert, J. Krämer, B. Seeger, S. Vaupel, "A Cost Model for Adaptive Resource
+       Management in Data Stream Systems", Univ. Marburg, §3.4–3.6, (9)–(19).
+    .. [2] A. Ayad, J. F. Naughton, SIGMOD 2004, §3 (utilization, (AN-12), (AN-13)).
+    .. [3] L. Golab, "Sliding Window Query Processing over Data Streams", PhD thesis, 2006, §6.2.2.
+    """
+
+    def __init__(self, constants: CostConstants = DEFAULT_CONSTANTS, watermark_s: float = 5.0) -> None:
+        if not watermark_s >= 0:
+            raise ValueError(f"watermark_s: expected a number >= 0, got {watermark_s!r}")
+        self.constants = constants
+        self.watermark_s = float(watermark_s)
+
+    # -- one query per kind ---------------------------------------------------------------------
+    def traffic(self, w: Workload, window_s: float, name: str = "traffic") -> Estimate:
+        """Packets and bytes per (tumbling window, protocol): one counting pass per record.
+
+        CPU ``λ·count_row_s + (P/N)·count_group_s``; state: the windows still open within the
+        watermark, ``P·(⌈watermark/N⌉ + 1)`` rows.
+        """
+        c = self.constants
+        groups = min(w.protocols, distinct_keys(w.rate_pps * window_s, w.protocols)) / window_s
+        open_windows = math.ceil(self.watermark_s / window_s) + 1
+        rows = float(w.protocols * open_windows) if w.rate_pps > 0 else 0.0
+        return Estimate(
+            "traffic",
+            name,
+            cpu=w.rate_pps * c.count_row_s + groups * c.count_group_s,
+            state_rows=rows,
+            memory_bytes=rows * c.row_bytes,
+            ops={"count_rows": w.rate_pps, "partial_rows": groups},
+            knobs={"window_s": window_s},
+        )
+
+    def topk(self, w: Workload, q: TopKQuery, keep: float = 1.0) -> Estimate:
+        """Golab Alg. 6 over ``N/g`` sub-windows, stage 1 per record, the merge per sub-window key.
+
+        With ``K_g = D(keep·λ·g, K)`` distinct keys in a sub-window: CPU
+        ``keep·λ·count_row_s + (K_g/g)·(count_group_s + topk_key_s)``; state (§6.2.2) at most
+        ``N/g·min(k, K_g)`` list pairs plus as many global counters, and the partial counts of the
+        sub-windows open within the watermark, ``(⌈watermark/g⌉ + 1)·K_g`` rows.
+        """
+        c, g = self.constants, q.sub_window_s
+        rate = keep * w.rate_pps
+        keys = w.cardinality(q.key)
+        per_sub = distinct_keys(rate * g, keys)
+        n_sub = _n_sub(q.window_s, g)
+        listed = n_sub * min(q.k, per_sub)
+        entries = listed + min(listed, keys)
+        open_rows = (math.ceil(self.watermark_s / g) + 1) * per_sub
+        return Estimate(
+            "topk",
+            q.name,
+            cpu=rate * c.count_row_s + per_sub / g * (c.count_group_s + c.topk_key_s),
+            state_rows=entries + open_rows,
+            memory_bytes=entries * c.topk_entry_bytes + open_rows * c.row_bytes,
+            ops={"count_rows": rate, "partial_rows": per_sub / g, "topk_keys": per_sub / g},
+            knobs={"window_s": q.window_s, "sub_window_s": g, "k": q.k, "keep": keep},
+        )
+
+    def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0) -> Estimate:
+        """Per-sub-window HLL sketches per group, united over the window's ``N/g`` sub-windows.
+
+        With ``P_g = D(keep·λ·g, K)`` distinct (group, item) pairs and ``G_g = D(keep·λ·g, G)``
+        groups in a sub-window: CPU ``keep·λ·count_row_s + (P_g/g)·sketch_item_s +
+        (G_g/g)·(N/g)·sketch_union_s`` (each slide unites every group's ``N/g`` sketches); state
+        ``(N/g)·G_g`` sketches of ``header + min(2^lg_k·register, items·coupon)`` bytes.
+        """
+        c, g = self.constants, q.sub_window_s
+        rate = keep * w.rate_pps
+        grouped = bool(q.group_by.strip())
+        n_groups = w.cardinality(q.group_by, default=w.group_cardinality) if grouped else 1.0
+        pairs = distinct_keys(rate * g, w.cardinality(q.count) * n_groups)
+        groups = distinct_keys(rate * g, n_groups) if grouped else min(1.0, rate * g)
+        n_sub = _n_sub(q.window_s, g)
+        sketches = n_sub * groups
+        items = pairs / groups if groups else 0.0
+        sketch_bytes = c.hll_header_bytes + min(2**q.lg_k * c.hll_register_bytes, items * c.hll_coupon_bytes)
+        return Estimate(
+            "distinct",
+            q.name,
+            cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s + groups / g * n_sub * c.sketch_union_s,
+            state_rows=sketches,
+            memory_bytes=sketches * sketch_bytes,
+            ops={"count_rows": rate, "sketch_items": pairs / g, "sketch_unions": groups / g * n_sub},
+            knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
+        )
+
+    def join(self, w: Workload, q: JoinQuery, x_left: float = 1.0, x_right: float = 1.0) -> Estimate:
+        """Seed 003 eq. (2) via :class:`JoinCostModel`; state by (CKSV-9) with ``l = T + watermark``.
+
+        ``handshake``: SYN ⋈ SYN-ACK with ``T_L = window_s``, ``T_R = 0``; each SYN-ACK answers one
+        SYN, so ``f = 1/(λ_L·T_L)`` and the output rate is ``λ_R``. ``link``: both sides
+        ``link_fraction·λ`` within ``window_s`` both ways, selectivity ``link_selectivity``.
+        Shedding by PNI keeps insert fractions ``x_left``, ``x_right`` (seed 003 eqs. 14–15).
+        """
+        c = self.constants
+        if q.query == "handshake":
+            lam_l, lam_r = w.syn_fraction * w.rate_pps, w.synack_fraction * w.rate_pps
+            t_l, t_r = q.window_s, 0.0
+            f = min(1.0, 1.0 / (lam_l * t_l)) if lam_l * t_l > 0 else 0.0
+        else:
+            lam_l = lam_r = w.link_fraction * w.rate_pps
+            t_l = t_r = q.window_s
+            f = w.link_selectivity
+        model = JoinCostModel(lam_l, lam_r, t_l, t_r, f, cu_s=c.join_update_s, cp_s=c.join_probe_s)
+        strategy = "none" if (x_left, x_right) == (1.0, 1.0) else "pni"
+        # (CKSV-9) ⌈l/d⌉ per side with d = 1/(x·λ), l = T + watermark, at the end of a batch: the
+        # pipeline purges once per micro-batch, not per arrival, so (9)'s slack term d_j/(2·d_i)
+        # (mean growth between input-triggered purges) is left out (docs/overload.md).
+        rows = float(
+            sum(
+                math.ceil(x * lam * (t + self.watermark_s))
+                for lam, x, t in ((lam_l, x_left, t_l), (lam_r, x_right, t_r))
+            )
+        )
+        return Estimate(
+            "joins",
+            q.name,
+            cpu=model.cost(strategy, x_left, x_right),
+            state_rows=rows,
+            memory_bytes=rows * c.join_tuple_bytes,
+            ops={
+                "inserts": x_left * lam_l + x_right * lam_r,
+                "results": model.output_rate(strategy, x_left, x_right),
+            },
+            knobs={"window_s": q.window_s, "x_left": x_left, "x_right": x_right},
+        )
+
+    # -- the configuration ----------------------------------------------------------------------
+    def estimates(self, cfg: Config, w: Workload) -> list[Estimate]:
+        """One estimate per query the configuration runs (``[pipeline] kinds``), traffic first."""
+        kinds = set(cfg.pipeline.kinds)
+        out: list[Estimate] = []
+        if "traffic" in kinds:
+            out.append(self.traffic(w, cfg.pipeline.traffic_window_s))
+        if "topk" in kinds:
+            out += [self.topk(w, q) for q in cfg.queries.topk]
+        if "distinct" in kinds:
+            out += [self.distinct(w, q) for q in cfg.queries.distinct]
+        if "joins" in kinds:
+            out += [self.join(w, q) for q in cfg.queries.join]
+        return out
+
+    @staticmethod
+    def totals(estimates: Iterable[Estimate]) -> tuple[float, float]:
+        """(AN-12) and (AN-13) over queries: total CPU seconds per second and state bytes."""
+        items = list(estimates)
+        return sum(e.cpu for e in items), sum(e.memory_bytes for e in items)
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    """Keep fractions per sampled query, the estimates at those fractions, and whether they fit."""
+
+    keep: dict[str, float]
+    estimates: list[Estimate]
+    cpu: float
+    feasible: bool
+
+
+def place_sampling(
+    model: CostModel,
+    cfg: Config,
+    w: Workload,
+    budget: float,
+    keep_min: float = 0.1,
+    weights: Mapping[str, float] | None = None,
+    iterations: int = 40,
+) -> SamplingPlan:
+    """Drop boxes before the top-k and distinct queries, placed by seed 000's fractional knapsack.
+
+    Each sampled query q keeps a fraction x_q ≥ ``keep_min`` of the records (§5.2, lower bound
+    ℓ) and is worth ``weight_q·x_q`` (issue 2: importance); traffic and the joins are not sampled
+    (traffic is exact; the joins shed by PNI). The knapsack needs costs linear in x: it is given
+    ``x·cpu_q(1)``, which under-estimates a sampled query's cost (its distinct keys per sub-window
+    are concave in x), so the budget is tightened by the overshoot and the knapsack solved again
+    until the true estimates fit — a departure from the paper, whose costs are linear (tuple windows).
+    """
+    full = model.estimates(cfg, w)
+    sampled = [e for e in full if e.kind in ("topk", "distinct")]
+    fixed = sum(e.cpu for e in full if e.kind not in ("topk", "distinct"))
+    by_name: dict[str, TopKQuery | DistinctQuery] = {q.name: q for q in cfg.queries.topk}
+    by_name.update((q.name, q) for q in cfg.queries.distinct)
+    wts = [float((weights or {}).get(e.query, 1.0)) for e in sampled]
+
+    def at(keep: Mapping[str, float]) -> list[Estimate]:
+        out = []
+        for e in full:
+            q = by_name.get(e.query)
+            if e.kind == "topk" and isinstance(q, TopKQuery):
+                out.append(model.topk(w, q, keep=keep[e.query]))
+            elif e.kind == "distinct" and isinstance(q, DistinctQuery):
+                out.append(model.distinct(w, q, keep=keep[e.query]))
+            else:
+                out.append(e)
+        return out
+
+    # the secant of each query's cost between keep_min and 1: fixed part + slope·x
+    low = {e.query: e.cpu for e in at({e.query: keep_min for e in sampled}) if e.query in by_name}
+    slope = [(e.cpu - low[e.query]) / (1 - keep_min) if keep_min < 1 else 0.0 for e in sampled]
+    base = fixed + sum(low[e.query] - s * keep_min for e, s in zip(sampled, slope, strict=True))
+
+    def solve(room: float) -> tuple[dict[str, float], list[Estimate], float, bool]:
+        sol = FractionalKnapsack(max(room, 0.0)).solve(
+            [1.0] * len(sampled), slope, lower=[keep_min] * len(sampled), weights=wts
+        )
+        keep = {e.query: x for e, x in zip(sampled, sol.x, strict=True)}
+        ests = at(keep)
+        return keep, ests, sum(e.cpu for e in ests), sol.feasible
+
+    keep, ests, total, ok = solve(budget - base)
+    if ok and total > budget * (1 + 1e-9):
+        # the secant under-estimates a concave cost: bisect on the room given to the knapsack
+        # (x grows with the room, and the true cost with x) for the largest room that fits
+        lo, hi = 0.0, budget - base
+        keep, ests, total, _ = solve(lo)
+        for _ in range(iterations):
+            mid = (lo + hi) / 2
+            k_mid, e_mid, t_mid, _ = solve(mid)
+            if t_mid <= budget:
+                lo, keep, ests, total = mid, k_mid, e_mid, t_mid
+            else:
+                hi = mid
+    return SamplingPlan(keep, ests, total, total <= budget * (1 + 1e-9))

@@ -1,0 +1,45 @@
+"""``netmon bench calibrate``: the command line of :mod:`bench.calibrate`.
+
+Measures the cost model's constants on this machine and writes them to the state directory
+(``<state_dir>/calibration/cost-model.json``), where ``netmon explain`` reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from cli.main import pass_config
+from netmon.config import Config
+
+__all__ = ["command"]
+
+
+@click.command("calibrate")
+@click.option(
+    "--scale", type=float, default=1.0, show_default=True, help="Size of the measured inputs (0 < s <= 10)."
+)
+@click.option(
+    "--repeats", type=int, default=3, show_default=True, help="Timed runs per size (the median counts)."
+)
+@click.option("--dry-run", is_flag=True, help="Measure and print, write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
+@pass_config
+def command(cfg: Config, scale: float, repeats: int, dry_run: bool, as_json: bool) -> None:
+    """Measure the cost model's per-operation constants on this machine (about 10 s at --scale 1)."""
+    from bench.calibrate import calibrate, format_report
+
+    try:
+        result = calibrate(
+            cfg,
+            scale=scale,
+            repeats=max(1, repeats),
+            write=not dry_run,
+            say=lambda s: click.echo(s, err=True),
+        )
+    except (ValueError, OSError) as exc:
+        click.echo(f"netmon bench calibrate: error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(format_report(result)))

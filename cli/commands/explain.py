@@ -1,0 +1,65 @@
+"""``netmon explain``: per query the plan, the cost model's estimates, feasibility, measured values.
+
+The estimates use the constants ``netmon bench calibrate`` measured (the built-in defaults, said
+so, when it never ran); the measured values come from the running pipeline's status file.
+The report is built by :mod:`analytics.explain`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from cli.main import pass_config
+from netmon.config import Config
+
+__all__ = ["command"]
+
+
+@click.command("explain")
+@click.option(
+    "--rate",
+    "rate_pps",
+    type=click.FloatRange(min=0),
+    default=10_000.0,
+    show_default=True,
+    help="Input rate, packets/s.",
+)
+@click.option(
+    "--keys",
+    type=click.FloatRange(min=1),
+    default=10_000.0,
+    show_default=True,
+    help="Distinct values of a query key.",
+)
+@click.option(
+    "--groups",
+    type=click.FloatRange(min=1),
+    default=1_000.0,
+    show_default=True,
+    help="Distinct groups of a distinct query.",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--check", is_flag=True, help="Exit 3 when the queries do not fit the budgets.")
+@pass_config
+def command(cfg: Config, rate_pps: float, keys: float, groups: float, fmt: str, check: bool) -> None:
+    """Estimated CPU and memory of every configured query, against [resources] budgets."""
+    from analytics.cost_model import Workload, load_constants
+    from analytics.explain import explain, format_table
+    from netmon.results import status_file
+
+    try:
+        constants = load_constants(cfg.paths.state_dir)
+        path = status_file(cfg)
+        status = json.loads(path.read_text()) if path.exists() else None
+    except (ValueError, OSError) as exc:
+        click.echo(f"netmon explain: error: {exc}", err=True)
+        sys.exit(1)
+    report = explain(
+        cfg, Workload(rate_pps=rate_pps, key_cardinality=keys, group_cardinality=groups), constants, status
+    )
+    click.echo(json.dumps(report, indent=2) if fmt == "json" else "\n".join(format_table(report)))
+    if check and not all(report["feasible"].values()):
+        sys.exit(3)

@@ -1,0 +1,258 @@
+"""The cost model against counts measured on netmon's own operators, and seed 004's formulas.
+
+Each estimate is a rate of events (records counted, distinct keys per sub-window, top-k list
+pairs, join inserts and results, join state rows) times a calibrated constant; here the event
+rates are checked against the events counted while the real ``analytics`` classes run over
+synthetic uniform traffic (seed 004 §5: "model events were counted at runtime"), and the
+(d, l, g) formulas against hand-computed values, seed 000's equations and the E3 numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analytics.cost_model import (
+    DEFAULT_CONSTANTS,
+    CostConstants,
+    CostModel,
+    StreamCharacteristics,
+    Workload,
+    calibration_file,
+    distinct_keys,
+    load_constants,
+    save_constants,
+)
+from analytics.join import SymmetricHashJoin
+from analytics.plan import Join, Stream
+from analytics.topk import SubWindowTopK
+from netmon.config import Config, DistinctQuery, JoinQuery, TopKQuery
+
+S = 10**9
+
+
+@pytest.mark.parametrize(("n", "keys"), [(100, 1000), (1000, 1000), (5000, 1000), (20_000, 300), (50, 10)])
+def test_distinct_keys_matches_simulation(n: int, keys: int) -> None:
+    rng = np.random.default_rng(7)
+    counted = np.mean([len(np.unique(rng.integers(0, keys, n))) for _ in range(40)])
+    assert distinct_keys(n, keys) == pytest.approx(counted, rel=0.02)
+
+
+def test_topk_event_rates_and_state_against_alg6() -> None:
+    rate, keys, g, window, k = 2000.0, 500, 1.0, 10.0, 10
+    q = TopKQuery(name="t", window_s=window, sub_window_s=g, k=k)
+    est = CostModel(watermark_s=0.0).topk(Workload(rate_pps=rate, key_cardinality=keys), q)
+    rng = np.random.default_rng(3)
+    topk = SubWindowTopK(N=int(window * rate), b=int(rate * g), k=k)  # count-based, λ·g per sub-window
+    per_sub = []
+    for _ in range(int(window) + 5):
+        items = [f"10.0.{i // 256}.{i % 256}" for i in rng.integers(0, keys, int(rate * g))]
+        per_sub.append(len(set(items)))
+        topk.update_many(items).slide()
+    # stage 1's partial rows per second = distinct keys per sub-window / g
+    assert est.ops["partial_rows"] == pytest.approx(np.mean(per_sub) / g, rel=0.02)
+    assert est.ops["count_rows"] == rate
+    # Alg. 6 keeps N/g lists of min(k, K_g) pairs (§6.2.2) plus at most as many counters
+    lists = (window / g) * min(k, float(np.mean(per_sub)))
+    assert topk.space - len(topk._global) == pytest.approx(lists)
+    assert est.state_rows >= topk.space
+
+
+def test_topk_sampling_lowers_the_rates() -> None:
+    q = TopKQuery(name="t")
+    model, w = CostModel(), Workload(rate_pps=50_000, key_cardinality=100_000)
+    full, half = model.topk(w, q), model.topk(w, q, keep=0.5)
+    assert half.ops["count_rows"] == 25_000 and half.cpu < full.cpu
+    assert half.ops["partial_rows"] == pytest.approx(distinct_keys(25_000, 100_000))
+
+
+def test_distinct_event_rates_against_counted_pairs() -> None:
+    rate, items, groups, g = 3000.0, 200, 50, 1.0
+    q = DistinctQuery(name="d", window_s=10.0, sub_window_s=g, lg_k=10)
+    est = CostModel().distinct(Workload(rate_pps=rate, key_cardinality=items, group_cardinality=groups), q)
+    rng = np.random.default_rng(5)
+    pairs, active = [], []
+    for _ in range(30):
+        grp, item = rng.integers(0, groups, int(rate)), rng.integers(0, items, int(rate))
+        pairs.append(len(set(zip(grp.tolist(), item.tolist(), strict=True))))
+        active.append(len(set(grp.tolist())))
+    assert est.ops["sketch_items"] == pytest.approx(np.mean(pairs) / g, rel=0.02)
+    assert est.state_rows == pytest.approx(10 * np.mean(active), rel=0.02)
+    assert est.ops["sketch_unions"] == pytest.approx(np.mean(active) * 10, rel=0.02)
+
+
+def _poisson_ts(rng: np.random.Generator, rate: float, seconds: float) -> np.ndarray:
+    n = rng.poisson(rate * seconds)
+    return np.sort(rng.uniform(0, seconds, n))
+
+
+def test_link_join_inserts_results_and_state_against_the_operator() -> None:
+    # uniform keys over K give f = 1/K; watermark → the operator's lateness (state kept longer)
+    rate, keys, window, wm, span = 400.0, 50, 2.0, 1.0, 60.0
+    rng = np.random.default_rng(11)
+    lt, rt = _poisson_ts(rng, rate, span), _poisson_ts(rng, rate, span)
+    lk, rk = rng.integers(0, keys, len(lt)).astype(str), rng.integers(0, keys, len(rt)).astype(str)
+    join = SymmetricHashJoin(window, window, lateness_s=wm)
+    results, states = 0, []
+    for start in np.arange(0.0, span, 1.0):
+        li = (lt >= start) & (lt < start + 1)
+        ri = (rt >= start) & (rt < start + 1)
+        join.update((lt[li] * S).astype(np.int64), lk[li], (rt[ri] * S).astype(np.int64), rk[ri])
+        results += len(join.report())
+        if start >= window + wm + 1:
+            states.append(sum(join.state_size()))
+    q = JoinQuery(name="j", query="link", left="proto=6", right="proto=17", window_s=window)
+    w = Workload(rate_pps=2 * rate, link_fraction=0.5, link_selectivity=1 / keys)
+    est = CostModel(watermark_s=wm).join(w, q)
+    assert est.ops["inserts"] == pytest.approx((len(lt) + len(rt)) / span, rel=0.05)
+    assert est.ops["results"] == pytest.approx(results / span, rel=0.05)
+    assert est.state_rows == pytest.approx(np.mean(states), rel=0.05)
+    shed = CostModel(watermark_s=wm).join(w, q, x_left=0.5, x_right=0.5)
+    assert shed.state_rows == pytest.approx(est.state_rows / 2, rel=0.01) and shed.cpu < est.cpu
+
+
+def test_handshake_join_outputs_one_result_per_synack() -> None:
+    w = Workload(rate_pps=10_000, syn_fraction=0.03, synack_fraction=0.02)
+    est = CostModel(watermark_s=5.0).join(w, JoinQuery(name="h", window_s=3.0))
+    assert est.ops == pytest.approx({"inserts": 500.0, "results": 200.0})
+    c = DEFAULT_CONSTANTS
+    assert est.cpu == pytest.approx(500 * c.join_update_s + 200 * c.join_probe_s)
+    assert est.state_rows == math.ceil(300 * 8) + math.ceil(200 * 5)
+
+
+def test_traffic_and_totals() -> None:
+    cfg = Config()
+    model = CostModel(watermark_s=cfg.pipeline.watermark_s)
+    ests = model.estimates(cfg, Workload(rate_pps=1000))
+    kinds = [e.kind for e in ests]
+    assert kinds[0] == "traffic" and kinds.count("topk") == len(cfg.queries.topk)
+    assert kinds.count("distinct") == len(cfg.queries.distinct) and kinds.count("joins") == len(
+        cfg.queries.join
+    )
+    cpu, mem = CostModel.totals(ests)
+    assert cpu == pytest.approx(sum(e.cpu for e in ests)) and mem == pytest.approx(
+        sum(e.memory_bytes for e in ests)
+    )
+    only = model.estimates(cfg.replace(pipeline={"kinds": ("traffic",)}), Workload(rate_pps=1000))
+    assert [e.kind for e in only] == ["traffic"]
+    assert model.estimates(cfg, Workload(rate_pps=0))[0].state_rows == 0
+
+
+# -- calibration file -----------------------------------------------------------------------------
+
+
+def test_constants_round_trip_and_defaults(tmp_path: Path) -> None:
+    assert load_constants(tmp_path) is DEFAULT_CONSTANTS and DEFAULT_CONSTANTS.source == "defaults"
+    mine = CostConstants(count_row_s=1e-8, source="calibrated")
+    path = save_constants(mine, tmp_path, extra={"seconds": 3.0})
+    assert path == calibration_file(tmp_path) and json.loads(path.read_text())["seconds"] == 3.0
+    assert load_constants(tmp_path) == mine
+    path.write_text('{"constants": {"count_row_s": -1}}')
+    with pytest.raises(ValueError, match="count_row_s"):
+        load_constants(tmp_path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="calibrate"):
+        load_constants(tmp_path)
+
+
+# -- seed 004's stream characteristics ------------------------------------------------------------
+
+
+def test_cksv_formulas_on_hand_values() -> None:
+    a, b = StreamCharacteristics(2.0, 10.0), StreamCharacteristics(4.0, 6.0)
+    sel = a.select(0.5)
+    assert (sel.d, sel.l) == (4.0, 10.0)  # (2)
+    u = a.union(b)  # (3): d' = 1/(1/2 + 1/4), l' = (10/2 + 6/4)/(3/4)
+    assert (u.d, u.l) == pytest.approx((4 / 3, 6.5 / 0.75))
+    j = a.join(b)  # (4): d' = 8/16, l' = 60/16
+    assert (j.d, j.l) == pytest.approx((0.5, 3.75))
+    win = StreamCharacteristics(3.0, 1.0, 1.0).window(59)  # (7) on a source: d' = d, l' = w + 1
+    assert (win.d, win.l) == (3.0, 60.0)
+    assert a.select(0).rate == 0 and a.join(StreamCharacteristics(math.inf, 0.0)).rate == 0  # empty stream
+
+
+def test_cksv_e3_window_reduction_vs_random_shedding() -> None:
+    # digest B.7 E3: 100/s per side, 10 s windows, σ = 1/50 → 4000 results/s; LS ½ → 1000; WR 5 s → 2000
+    side = StreamCharacteristics(0.01, 10.0)
+    assert side.join(side, 1 / 50).rate == pytest.approx(4000)
+    shed = StreamCharacteristics(0.02, 10.0)
+    assert shed.join(shed, 1 / 50).rate == pytest.approx(1000)
+    half = StreamCharacteristics(0.01, 5.0)
+    assert half.join(half, 1 / 50).rate == pytest.approx(2000)
+    # memory: both halve the live elements per side
+    assert shed.live == half.live == side.live / 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.floats(0.01, 10), st.floats(0.01, 10), st.floats(0.1, 100), st.floats(0.1, 100), st.floats(0.001, 1)
+)
+def test_cksv_join_is_seed_000s_join(d1: float, d2: float, l1: float, l2: float, f: float) -> None:
+    out = StreamCharacteristics(d1, l1).join(StreamCharacteristics(d2, l2), f)
+    an = Join(Stream("L", 1 / d1, l1 / d1), Stream("R", 1 / d2, l2 / d2), f)  # λ = 1/d, W = l/d
+    assert out.rate == pytest.approx(an.rate, rel=1e-9)  # (AN-3)
+    assert out.live == pytest.approx(an.window, rel=1e-9)  # (AN-4)
+
+
+def test_validation() -> None:
+    with pytest.raises(ValueError, match="rate_pps"):
+        Workload(rate_pps=-1)
+    with pytest.raises(ValueError, match="watermark_s"):
+        CostModel(watermark_s=-1)
+    with pytest.raises(ValueError, match="unknown key"):
+        CostConstants.from_dict({"nope": 1})
+    with pytest.raises(ValueError, match="d > 0"):
+        StreamCharacteristics(0, 1)
+
+
+# -- drop boxes before the sampled queries (seed 000's knapsack over queries) -------------------
+
+
+def _two_queries() -> Config:
+    return Config().replace(
+        pipeline={"kinds": ("traffic", "topk", "distinct")},
+        queries={
+            "topk": (TopKQuery(name="t", key="src_ip"),),
+            "distinct": (DistinctQuery(name="d", count="src_ip", group_by="dst_ip"),),
+        },
+    )
+
+
+def test_place_sampling_within_budget_against_a_grid() -> None:
+    from analytics.cost_model import place_sampling
+
+    cfg, model = _two_queries(), CostModel(watermark_s=5.0)
+    w = Workload(rate_pps=200_000, key_cardinality=50_000, group_cardinality=2_000)
+    full = sum(e.cpu for e in model.estimates(cfg, w))
+    floor = place_sampling(model, cfg, w, 0.0, keep_min=0.05).cpu  # every query at keep_min
+    budget = (full + floor) / 2
+    plan = place_sampling(model, cfg, w, budget, keep_min=0.05, weights={"d": 2.0})
+    assert plan.feasible and plan.cpu <= budget * (1 + 1e-9)
+    assert plan.cpu == pytest.approx(sum(e.cpu for e in plan.estimates))
+    assert all(0.05 <= x <= 1 for x in plan.keep.values())
+    # brute force: the best weighted keep on a 1 % grid whose true estimate fits
+    tq, dq = cfg.queries.topk[0], cfg.queries.distinct[0]
+    fixed = model.traffic(w, cfg.pipeline.traffic_window_s).cpu
+    grid = np.round(np.arange(0.05, 1.0001, 0.01), 2)
+    t_cost = {x: model.topk(w, tq, keep=x).cpu for x in grid}
+    d_cost = {x: model.distinct(w, dq, keep=x).cpu for x in grid}
+    best = max(xt + 2 * xd for xt in grid for xd in grid if fixed + t_cost[xt] + d_cost[xd] <= budget)
+    value = plan.keep["t"] + 2 * plan.keep["d"]
+    assert value >= best - 0.03  # within the grid's resolution (and the linearization's slack)
+    assert value <= best + 0.03
+
+
+def test_place_sampling_keeps_everything_when_it_fits_and_flags_what_cannot() -> None:
+    from analytics.cost_model import place_sampling
+
+    cfg, model = _two_queries(), CostModel()
+    w = Workload(rate_pps=1000)
+    assert place_sampling(model, cfg, w, budget=1.0).keep == {"t": 1.0, "d": 1.0}
+    starved = place_sampling(model, cfg, Workload(rate_pps=1e6), budget=1e-6, keep_min=0.2)
+    assert not starved.feasible and starved.keep == {"t": 0.2, "d": 0.2}
