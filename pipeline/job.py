@@ -701,7 +701,12 @@ def _start(
         batch = SharedBatch(shared)
         guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
         packets = raw_messages(
-            kafka_stream(spark, cfg, min_partitions=spark.sparkContext.defaultParallelism),
+            kafka_stream(
+                spark,
+                cfg,
+                min_partitions=spark.sparkContext.defaultParallelism,
+                max_offsets=cfg.spark.max_offsets_per_trigger or cfg.pipeline.max_batch_messages,
+            ),
             cfg.pipeline.max_future_s,
         )
 

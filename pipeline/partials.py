@@ -21,8 +21,10 @@ older sub-windows are late). Partial rows are ``query, sw, key, records, weight,
 - distinct: per (query, sub-window, group) the records sketched and the sketch (DataSketches
   ``HLL_8``, the bytes Spark's ``hll_sketch_agg`` would give for the same items); per query a
   row with neither ``sw`` nor ``key`` whose ``weight`` counts late records;
-- ``MAX_QUERY``: a partition's largest event time in microseconds in ``sw`` (control rows
-  included): the batch's watermark follows from it;
+- ``MAX_QUERY``: the largest event time in microseconds in ``sw`` (control rows included) of
+  the rows of one Kafka partition (``key``, null when unknown): the batch's event time is the
+  smallest of its partitions' (:func:`merge_partials`), so a partition that lags in event time
+  holds the watermark back instead of having its records dropped as late;
 - ``TOTALS_QUERY``: per ``key`` in ``packets, control, malformed, future`` the lines of that
   class in ``records``.
 """
@@ -58,8 +60,9 @@ __all__ = [
     "totals_of",
 ]
 
-#: The partial rows' Spark schema.
-PARTIAL_SCHEMA = "query STRING, sw BIGINT, key STRING, records BIGINT, weight BIGINT, sketch BINARY"
+#: The partial rows' Spark schema as they leave the tasks: ``query`` as its index in the batch's
+#: query names (:func:`_coded`), so a row carries four bytes instead of the name.
+PARTIAL_SCHEMA = "query INT, sw BIGINT, key STRING, records BIGINT, weight BIGINT, sketch BINARY"
 #: The query name of the rows that carry a partition's largest event time (``sw``, microseconds).
 MAX_QUERY = "\x00max"
 #: The query name of the rows that count the batch's lines by class (``key``: one of :data:`TOTALS`).
@@ -193,7 +196,7 @@ def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> p
                 built.append(hll_sketch(spec.lg_k, _HLL_TYPE))
                 previous = (sw, key)
             built[-1].update(text)
-        sketches = [sketch.serialize_updatable() for sketch in built]
+        sketches = [sketch.serialize_compact() for sketch in built]
         parts.append(
             _table(
                 {
@@ -243,12 +246,29 @@ def _columns(specs: Sequence[Spec]) -> list[str]:
 def partial_counts(df: DataFrame, specs: Sequence[Spec]) -> pa.Table:
     """Stage 1 of ``specs`` over a micro-batch of decoded rows: partials per partition, collected."""
     specs = tuple(specs)
+    names = _query_names(specs)
 
     def stage1(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield from partials_of(batch, specs).to_batches()
+            yield from _coded(partials_of(batch, specs), names).to_batches()
 
-    return df.select(*_columns(specs)).mapInArrow(stage1, PARTIAL_SCHEMA).toArrow()
+    return _named(df.select(*_columns(specs)).mapInArrow(stage1, PARTIAL_SCHEMA).toArrow(), names)
+
+
+def _query_names(specs: Sequence[Spec]) -> pa.Array:
+    return pa.array([MAX_QUERY, TOTALS_QUERY, *(s.name for s in specs)], pa.string())
+
+
+def _coded(partials: pa.Table, names: pa.Array) -> pa.Table:
+    """``partials`` with each query name replaced by its index in ``names``."""
+    return partials.set_column(
+        0, pa.field("query", pa.int32()), pc.index_in(partials["query"], value_set=names)
+    )
+
+
+def _named(partials: pa.Table, names: pa.Array) -> pa.Table:
+    """The inverse of :func:`_coded`."""
+    return partials.set_column(0, pa.field("query", pa.string()), pc.take(names, partials["query"]))
 
 
 def decode_messages(messages: pa.RecordBatch | pa.Table) -> tuple[pa.Table, dict[str, int]]:
@@ -337,32 +357,47 @@ def raw_partials(messages: DataFrame, specs: Sequence[Spec]) -> pa.Table:
     task decodes its messages with pyarrow and computes every partial of its rows.
     """
     specs = tuple(specs)
+    names = _query_names(specs)
 
     def stage1(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             rows, totals = decode_messages(batch)
-            yield from partials_of(rows, specs).to_batches()
-            yield from _table(
+            partials = partials_of(rows, specs)
+            # A task reads one Kafka partition's offsets: its largest event time is that partition's.
+            parts = pc.unique(batch.column("partition")) if batch.num_rows else pa.array([], pa.int32())
+            if len(parts) == 1:
+                is_max = pc.equal(partials["query"], MAX_QUERY)
+                key = pc.if_else(is_max, pa.scalar(str(parts[0].as_py())), partials["key"])
+                partials = partials.set_column(2, "key", key)
+            yield from _coded(partials, names).to_batches()
+            counted = _table(
                 {
                     "query": _names(TOTALS_QUERY, len(TOTALS)),
                     "key": list(TOTALS),
                     "records": [totals[name] for name in TOTALS],
                     "weight": [0] * len(TOTALS),
                 }
-            ).to_batches()
+            )
+            yield from _coded(counted, names).to_batches()
 
-    return messages.mapInArrow(stage1, PARTIAL_SCHEMA).toArrow()
+    return _named(messages.mapInArrow(stage1, PARTIAL_SCHEMA).toArrow(), names)
 
 
 def merge_partials(partials: pa.Table) -> tuple[pa.Table, int | None]:
-    """Sum the partitions' counts per (query, sub-window, key); the batch's largest event time (µs).
+    """Sum the partitions' counts per (query, sub-window, key); the batch's event time (µs).
+
+    The batch's event time is the smallest over its Kafka partitions of their largest event
+    time: Spark's watermark follows the newest record of any partition, which drops the records
+    of a partition that lags in event time as late (issue 22); here the slowest partition read
+    in the batch sets the pace. A partition with no record in the batch does not hold it back.
 
     Sketch rows pass through unmerged (a sub-window's partial sketches are united later, by the
     distinct kind's store): the result has the partial rows' columns.
     """
     is_max = pc.equal(partials["query"], MAX_QUERY)
-    tops = partials.filter(is_max)["sw"]
-    max_us = pc.max(tops).as_py() if len(tops) else None
+    tops = partials.filter(is_max).group_by("key", use_threads=False).aggregate([("sw", "max")])
+    # The slowest partition's newest event time (rows of no known partition count as one).
+    max_us = pc.min(tops["sw_max"]).as_py() if tops.num_rows else None
     rows = partials.filter(pc.invert(is_max))
     has_sketch = pc.is_valid(rows["sketch"])
     sketches = rows.filter(has_sketch)

@@ -28,7 +28,12 @@ def _header(name: str) -> Column:
 
 
 def kafka_stream(
-    spark: SparkSession, cfg: Config, *, topic: str | None = None, min_partitions: int | None = None
+    spark: SparkSession,
+    cfg: Config,
+    *,
+    topic: str | None = None,
+    min_partitions: int | None = None,
+    max_offsets: int | None = None,
 ) -> DataFrame:
     """Raw Kafka records of the packets topic, from the earliest offset on a fresh checkpoint.
 
@@ -51,7 +56,11 @@ def kafka_stream(
         # A batch's offsets split into at least this many tasks: with one Kafka partition, one task
         # would leave all but one core idle.
         reader = reader.option("minPartitions", str(min_partitions))
-    if cfg.spark.max_offsets_per_trigger:
+    if max_offsets:
+        # The shared query: its batch kinds hold the watermark at the slowest partition's pace
+        # (pipeline.partials.merge_partials), so a cap lets no partition's records become late.
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets)
+    elif cfg.spark.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.spark.max_offsets_per_trigger)
         if cfg.kafka.partitions > 1:
             # The watermark follows the newest event time over all partitions; a capped batch can
@@ -69,7 +78,7 @@ def kafka_stream(
 
 
 def raw_messages(raw: DataFrame, max_future_s: float = 0.0) -> DataFrame:
-    """Kafka records -> ``value, known, control, horizon_ns``: one row per message, for Python decoding.
+    """Kafka records -> ``value, partition, known, control, horizon_ns``: a row per message, for pyarrow.
 
     ``known``: the message's ``netmon.format`` and ``netmon.version`` headers are this wire
     format's; ``control``: its ``netmon.control`` header (null on data messages); ``horizon_ns``
@@ -87,6 +96,7 @@ def raw_messages(raw: DataFrame, max_future_s: float = 0.0) -> DataFrame:
         horizon = F.lit(None).cast("long")
     return raw.select(
         F.col("value"),
+        F.col("partition"),
         known.alias("known"),
         _header("netmon.control").alias("control"),
         horizon.alias("horizon_ns"),

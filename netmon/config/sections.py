@@ -236,7 +236,9 @@ class SparkConfig:
     #: Kafka offsets read per micro-batch at most (0: no limit). With several partitions a cap can
     #: let one partition run ahead in event time; the other's records may then be late (README).
     max_offsets_per_trigger: int = 0
-    driver_memory: str = "1g"
+    #: 2g: a micro-batch's stage-1 partials of 250,000 ddos packets reach the driver at once
+    #: (the task results and their Arrow copies); 1g ran out of heap on whole-capture batches.
+    driver_memory: str = "2g"
     log_level: str = "WARN"
 
     def __post_init__(self) -> None:
@@ -281,10 +283,21 @@ class PipelineConfig:
     #: (a broken clock, a wrapped pcapng offset, a hostile writer); it never moves the watermark.
     #: 0 turns the guard off.
     max_future_s: float = 86400.0
+    #: Kafka messages one micro-batch of the shared query reads at most (when [spark]
+    #: max_offsets_per_trigger is 0): bounds a batch's memory and time when the pipeline catches
+    #: up (250 messages of `netmon replay`'s 1,000 records: 250,000 packets).
+    max_batch_messages: int = 250
 
     def __post_init__(self) -> None:
         where = "[pipeline]"
         positive(where, "traffic_window_s", self.traffic_window_s)
+        expect(
+            self.max_batch_messages >= 1,
+            where,
+            "max_batch_messages",
+            "an integer >= 1",
+            self.max_batch_messages,
+        )
         positive(where, "watermark_s", self.watermark_s, zero=True)
         positive(where, "trigger_s", self.trigger_s)
         positive(where, "max_future_s", self.max_future_s, zero=True)

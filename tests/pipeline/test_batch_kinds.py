@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from analytics.topk import format_end
 from analytics.topk_offline import OfflineTopK
 from netmon.config import TopKQuery
 from netmon.results import read_results
-from pipeline.partials import CountSpec, merge_partials, partials_of
+from pipeline.partials import MAX_QUERY, CountSpec, merge_partials, partials_of
 from pipeline.topk import SlidingTopK
 from pipeline.traffic import SlidingTraffic
 
@@ -204,3 +205,27 @@ def _reports(rows: list[dict]) -> list[dict]:
         items = [{"key": r["key"], "count": r["count"]} for r in group if r["rank"] > 0]
         out.append({"end": format_end(end_us * 1000), "delta": group[0]["delta"], "items": items})
     return out
+
+
+def test_the_batch_event_time_is_the_slowest_partitions() -> None:
+    """Partition 0 read up to t = 50 s, partition 1 up to 20 s: the batch's event time is 20 s.
+
+    Spark's watermark would follow partition 0 and drop partition 1's next records as late.
+    """
+    spec = CountSpec("topk/x", ("src_ip",), "packets", S)
+    parts = []
+    for partition, top_s in ((0, 50), (1, 20), (1, 7)):
+        rows = [_row(top_s * S, "10.0.0.1")]
+        table = partials_of(pa.Table.from_pylist(rows, schema=SCHEMA), [spec])
+        is_max = pc.equal(table["query"], MAX_QUERY)
+        parts.append(table.set_column(2, "key", pc.if_else(is_max, pa.scalar(str(partition)), table["key"])))
+    merged, max_us = merge_partials(pa.concat_tables(parts))
+    assert max_us == 20 * S
+    assert merged.filter(pc.equal(merged["query"], "topk/x"))["records"].to_pylist() == [1, 1, 1]
+    # Rows of no known partition count as one partition.
+    unknown = pa.Table.from_pylist([_row(50 * S, "a"), _row(20 * S, "b")], schema=SCHEMA)
+    assert merge_partials(partials_of(unknown, [spec]))[1] == 50 * S
+
+
+def _row(ts_us: int, src: str) -> dict:
+    return {"ts": ts_us, "is_control": False, "proto": 6, "src_ip": src, "dst_port": 80, "wire_len": 60}

@@ -55,8 +55,10 @@ def _messages() -> list[tuple[bytes | None, list[tuple[str, bytes]]]]:
 
 
 def _raw(spark, messages):
-    rows = [(value, [(k, v) for k, v in headers]) for value, headers in messages]
-    return spark.createDataFrame(rows, "value binary, headers array<struct<key: string, value: binary>>")
+    rows = [(value, i % 2, [(k, v) for k, v in headers]) for i, (value, headers) in enumerate(messages)]
+    return spark.createDataFrame(
+        rows, "value binary, partition int, headers array<struct<key: string, value: binary>>"
+    )
 
 
 def test_python_decode_equals_sparks_decode(spark) -> None:
