@@ -56,8 +56,11 @@ COMMANDS = {
     "parse": "cli.commands.parse:command",
     "pipeline": "cli.commands.pipeline:command",
     "replay": "cli.commands.replay:command",
+    "reset": "cli.commands.reset:command",
     "samples": "cli.commands.samples:command",
     "setup": "cli.commands.setup:command",
+    "status": "cli.commands.status:command",
+    "up": "cli.commands.up:command",
 }
 
 

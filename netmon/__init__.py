@@ -6,7 +6,9 @@ record (Arrow schema, wire-format name and Spark DDL); ``filters`` the filter-ex
 over records; ``results`` the results format (result directories and topics, commit logs,
 ``read_results``); ``logs`` quiet, structured logging; ``jvm_deps`` the JVM jars from Maven
 Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
-helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets.
+helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets;
+``supervisor`` the child processes of ``netmon up`` (restarts with backoff, ordered stop);
+``metrics`` the Prometheus ``/metrics`` endpoint over the services' status files.
 
 Every other package (``ingest``, ``analytics``, ``pipeline``, ``alerts``, ``dashboard``, ``bench``)
 stands on this one; the command line (``cli``) is the top floor (``README.md``, "Architecture").
@@ -23,6 +25,8 @@ __all__ = [
     "kafka_admin",
     "kafka_security",
     "logs",
+    "metrics",
     "records",
     "results",
+    "supervisor",
 ]

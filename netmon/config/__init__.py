@@ -24,6 +24,7 @@ from netmon.config.alerts import (
 )
 from netmon.config.checks import ConfigError
 from netmon.config.loader import Config, alerts_config, load_alerts, load_config
+from netmon.config.resources import ResourcesConfig
 from netmon.config.sections import (
     BUDGET_SCOPES,
     COMPRESSIONS,
@@ -45,6 +46,7 @@ from netmon.config.sections import (
     TopKQuery,
     check_unique_names,
 )
+from netmon.config.services import MetricsConfig, ServicesConfig
 
 __all__ = [
     "AGGREGATES",
@@ -69,9 +71,12 @@ __all__ = [
     "IngestConfig",
     "JoinQuery",
     "KafkaConfig",
+    "MetricsConfig",
     "PathsConfig",
     "PipelineConfig",
     "QueriesConfig",
+    "ResourcesConfig",
+    "ServicesConfig",
     "SheddingConfig",
     "SparkConfig",
     "TopKQuery",

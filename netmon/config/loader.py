@@ -42,6 +42,7 @@ from netmon.config.sections import (
     SheddingConfig,
     SparkConfig,
 )
+from netmon.config.services import MetricsConfig, ServicesConfig
 
 __all__ = ["Config", "alerts_config", "load_alerts", "load_config"]
 
@@ -62,6 +63,8 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     #: budgets and QoS ranges for the cost model (netmon explain) and the resource manager
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    services: ServicesConfig = field(default_factory=ServicesConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
 
