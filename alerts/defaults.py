@@ -17,13 +17,20 @@ Baseline maximum vs attack sample:
 
 A configured ``[[alerts.rules]]`` with the same name replaces a built-in one;
 ``[alerts] builtin_rules = false`` drops them all.
+
+:data:`DETECTION_RULES` are the rules of issue 20 ("alerts an operator can trust"): they read the
+``features`` rows (:mod:`analytics.alert_features`: failed connection attempts per source,
+half-open SYNs and fan-in per destination, per ``[alerts] features_window_s`` window), so they
+do not depend on the link's rate. ``netmon analyze alerts`` and ``netmon eval alerts`` run them
+today; the streaming service will run them in place of the first four rules above once the
+pipeline publishes ``netmon.features`` (docs/alerts.md, "Detection").
 """
 
 from __future__ import annotations
 
 from netmon.config import AlertRule, AlertsConfig
 
-__all__ = ["DEFAULT_RULES", "effective_rules"]
+__all__ = ["DEFAULT_RULES", "DETECTION_RULES", "effective_rules"]
 
 DEFAULT_RULES: tuple[AlertRule, ...] = (
     AlertRule(
@@ -140,9 +147,122 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
 )
 
 
-def effective_rules(cfg: AlertsConfig) -> tuple[AlertRule, ...]:
+DETECTION_RULES: tuple[AlertRule, ...] = (
+    AlertRule(
+        name="port-scan",
+        source="features",
+        query="src",
+        field="vertical",
+        op=">=",
+        threshold=15,
+        where={"fail_ratio": ">= 0.5"},
+        subject="subject",
+        subject_label="scanner",
+        severity="warning",
+        labels={"scenario": "port-scan"},
+        summary="{subject} failed to connect to {value} ports of one host in the window (>= {threshold})",
+        description=(
+            "Vertical scan: distinct ports of one host whose connection attempts from this source "
+            "failed (no SYN-ACK, a RST, an ICMP unreachable) in a features window. 15 is Zeek's "
+            "port_scan_threshold (scan.zeek, over 5 min); most of the source's attempts must fail "
+            "(fail_ratio >= 0.5), which Zeek does not ask: a busy client's few refused connections "
+            "are not a scan."
+        ),
+    ),
+    AlertRule(
+        name="host-scan",
+        source="features",
+        query="src",
+        field="horizontal",
+        op=">=",
+        threshold=25,
+        where={"fail_ratio": ">= 0.5"},
+        subject="subject",
+        subject_label="scanner",
+        severity="warning",
+        labels={"scenario": "host-scan"},
+        summary="{subject} failed to connect to {value} hosts on one port in the window (>= {threshold})",
+        description=(
+            "Horizontal scan: distinct hosts whose connection attempts on one port from this source "
+            "failed in a features window. 25 is Zeek's addr_scan_threshold (over 5 min); "
+            "fail_ratio >= 0.5 as for port-scan."
+        ),
+    ),
+    AlertRule(
+        name="ddos",
+        source="features",
+        query="dst",
+        field="sources",
+        mode="baseline",
+        also=("packets",),
+        min_value=100,
+        sensitivity=4.0,
+        min_ratio=3.0,
+        warmup=3,
+        alpha=0.1,
+        subject="subject",
+        subject_label="victim",
+        severity="critical",
+        labels={"scenario": "ddos"},
+        summary="victim {subject} is hit by {value} distinct sources (its normal band ends at {threshold})",
+        description=(
+            "Distinct sources and packets toward one destination both rise above that destination's "
+            "own learned normal (EWMA, 4 standard deviations and at least 3x the mean) and at least "
+            "100 sources. A busy server's ordinary fan-in is its normal, not an attack."
+        ),
+    ),
+    AlertRule(
+        name="syn-flood",
+        source="features",
+        query="dst",
+        field="half_open",
+        op=">=",
+        threshold=100,
+        where={"half_open_ratio": ">= 0.5"},
+        subject="subject",
+        subject_label="destination",
+        severity="critical",
+        labels={"scenario": "syn-flood"},
+        summary="{subject} left {value} SYNs half-open in the window (>= {threshold})",
+        description=(
+            "Most SYNs to this destination got neither a SYN-ACK nor a RST (half_open_ratio >= 0.5) "
+            "and at least 100 did in a features window: its backlog is being filled."
+        ),
+    ),
+    AlertRule(
+        name="heavy-hitter",
+        source="features",
+        query="src",
+        field="share",
+        mode="baseline",
+        also=("packets",),
+        min_value=0.45,
+        sensitivity=4.0,
+        min_ratio=2.0,
+        warmup=3,
+        alpha=0.1,
+        where={"total": ">= 500"},
+        subject="subject",
+        subject_label="source",
+        severity="warning",
+        labels={"scenario": "heavy-hitter-burst"},
+        summary="{subject} sends {value} of all packets in the window (its normal band ends at {threshold})",
+        description=(
+            "One source suddenly takes a large share of the link: its share and its packets both rise "
+            "above its own learned normal, to at least 45 % of the window's packets. A host that always "
+            "dominates (the only server of a small capture, a backup target) is its own normal; windows "
+            "under 500 packets are ignored (a handful of packets gives anyone a large share)."
+        ),
+    ),
+)
+
+
+def effective_rules(
+    cfg: AlertsConfig, builtin: tuple[AlertRule, ...] = DEFAULT_RULES
+) -> tuple[AlertRule, ...]:
     """The built-in rules (unless disabled), each replaced by a configured rule of the same name,
-    then the other configured rules."""
+    then the other configured rules. ``builtin``: :data:`DEFAULT_RULES` (the streaming service's
+    today) or :data:`DETECTION_RULES` (``netmon analyze alerts``)."""
     configured = {r.name: r for r in cfg.rules}
-    builtin = tuple(configured.pop(r.name, r) for r in DEFAULT_RULES) if cfg.builtin_rules else ()
+    builtin = tuple(configured.pop(r.name, r) for r in builtin) if cfg.builtin_rules else ()
     return builtin + tuple(r for r in cfg.rules if r.name in configured)

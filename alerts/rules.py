@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from analytics.alert_baseline import EwmaBaseline
 from netmon.config import AlertRule, parse_comparison
 
 __all__ = [
@@ -339,6 +340,7 @@ class _Track:
     acc_t: float | None = None  # sum aggregate: the report being summed ...
     acc: float = 0.0  # ... its running total ...
     acc_rows: list[str] = field(default_factory=list)  # ... and the rows counted (deduplication)
+    band: float | None = None  # baseline mode: the top of the learned band the value rose above
 
 
 @dataclass
@@ -395,6 +397,11 @@ class RuleEngine:
         self.problems: dict[str, _Problem] = {}
         self.rows = 0
         self.stale_rows = 0
+        # baseline mode: per (rule, query, subject, column) the learned normal and the report
+        # time it last learned (a re-delivered row is not learned twice), per stream its reports
+        self._baselines: dict[tuple[str, str, str, str], EwmaBaseline] = {}
+        self._learned: dict[tuple[str, str, str, str], float] = {}
+        self._reports: dict[tuple[str, str], int] = {}
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -453,6 +460,7 @@ class RuleEngine:
             if clock is not None:
                 out += self._close(rule, stream, clock)
             self._clocks[stream] = t
+            self._reports[stream] = self._reports.get(stream, 0) + 1
         if not _passes(rule, row):
             return out
         value = _derived(rule.field, row)
@@ -471,10 +479,86 @@ class RuleEngine:
             track.acc_rows.append(digest.hexdigest())
             track.acc += value
             value = track.acc
-        if not _compare(value, rule.op, rule.threshold):
+        band = None
+        if rule.mode == "baseline":
+            band = self._baseline(rule, query, subject, row, value, t)
+            if band is None:
+                return out
+        elif not _compare(value, rule.op, rule.threshold) or (rule.min_value and value < rule.min_value):
             return out
         track = track or self._track(aid, rule, query, subject)
+        track.band = band
         out += self._hold(rule, track, t, value)
+        return out
+
+    def _baseline(
+        self, rule: AlertRule, query: str, subject: str, row: Mapping[str, Any], value: float, t: float
+    ) -> float | None:
+        """Baseline mode: the band ``value`` rose above (it holds), or None (it does not).
+
+        It holds when the rule's stream has learned ``warmup`` reports, ``value >= min_value``,
+        and ``field`` and every ``also`` column exceed their subject's band
+        (:meth:`EwmaBaseline.upper`); a subject still warming up has no band yet and is held
+        against ``min_value`` alone. Values that do not hold are learned, clipped to the band's top
+        (winsorized); values that hold are not (an attack must not become the normal it is
+        measured against).
+        """
+        values = {rule.field: value}
+        for column in rule.also:
+            other = _derived(column, row)
+            if other is None:
+                return None
+            values[column] = other
+        keys = {column: (rule.name, query, subject, column) for column in values}
+        bands = {}
+        for column, key in keys.items():
+            base = self._baselines.get(key)
+            bands[column] = (
+                base.upper(rule.sensitivity, rule.min_ratio) if base is not None and base.warm else None
+            )
+        warm = self._reports.get((rule.name, query), 0) > rule.warmup
+        holds = warm and value >= rule.min_value
+        for column, v in values.items():
+            top = bands[column]
+            if top is not None and not (v > top if rule.op == ">" else v >= top):
+                holds = False
+        if holds:
+            return bands[rule.field] if bands[rule.field] is not None else rule.min_value
+        for column, key in keys.items():
+            if self._learned.get(key) != t:
+                self._learned[key] = t
+                base = self._baselines.get(key)
+                if base is None:
+                    base = self._baselines[key] = EwmaBaseline(alpha=rule.alpha, warmup=rule.warmup)
+                    base.update(values[column])
+                else:
+                    # winsorized: a value above the current band (even one still warming up) is
+                    # learned as the band's top, so the first, partial window of an attack cannot
+                    # lift the normal it is then measured against; a level that really moves is
+                    # still followed, by up to min_ratio per report
+                    base.update(min(values[column], base.upper(rule.sensitivity, rule.min_ratio)))
+        return None
+
+    def baseline(self, rule: str, query: str, subject: str, column: str = "") -> EwmaBaseline | None:
+        """The learned normal of a (rule, query, subject) in baseline mode (``column``: the rule's field)."""
+        r = self._by_name.get(rule)
+        if r is None:
+            return None
+        return self._baselines.get((rule, query, subject, column or r.field))
+
+    def flush(self, kind: str) -> list[Notification]:
+        """Close the newest open report of every stream of ``kind``: the end of an offline input.
+
+        Report rows close a report only when a later one arrives; at the end of a capture there is
+        none, so ``netmon analyze alerts`` calls this to evaluate the last report like the others.
+        """
+        out: list[Notification] = []
+        for rule in self._by_kind.get(kind, ()):
+            if rule.window_s:
+                continue
+            for stream, clock in sorted(self._clocks.items()):
+                if stream[0] == rule.name:
+                    out += self._close(rule, stream, clock)
         return out
 
     def _observe_event(
@@ -624,7 +708,7 @@ class RuleEngine:
             "subject": tr.subject,
             "subject_label": label,
             "value": "" if tr.value is None else f"{tr.value:g}",
-            "threshold": f"{rule.threshold:g}",
+            "threshold": f"{self._threshold(rule, tr):g}",
             "field": rule.measure,
             "query": tr.query,
         }
@@ -650,7 +734,7 @@ class RuleEngine:
             severity=rule.severity,
             field=rule.measure,
             op=rule.op,
-            threshold=rule.threshold,
+            threshold=self._threshold(rule, tr),
             value=tr.value,
             peak=tr.peak,
             first_seen=tr.first_seen,
@@ -660,6 +744,13 @@ class RuleEngine:
             labels=dict(rule.labels),
             suppressed=tr.suppressed,
         )
+
+    @staticmethod
+    def _threshold(rule: AlertRule, tr: _Track) -> float:
+        """What the value was compared with: the threshold, or (baseline mode) the learned band."""
+        if rule.mode == "baseline" and tr.band is not None:
+            return round(tr.band, 6)
+        return rule.threshold
 
     def _mark(self, rule: AlertRule, tr: _Track) -> None:
         """Remember the episode's current state for :meth:`take_changes` (the track may be pruned)."""
@@ -697,6 +788,10 @@ class RuleEngine:
             "clocks": [[r, q, t] for (r, q), t in sorted(self._clocks.items())],
             "tracks": [asdict(t) for _, t in sorted(self._tracks.items())],
             "marks": [[r, q, t] for (r, q), t in sorted(self._marks.items())],
+            "reports": [[r, q, n] for (r, q), n in sorted(self._reports.items())],
+            "baselines": [
+                [*key, *b.state(), self._learned.get(key)] for key, b in sorted(self._baselines.items())
+            ],
             "windows": [
                 [r, q, end, subject, sorted(v) if isinstance(v, set) else v]
                 for (r, q), windows in sorted(self._windows.items())
@@ -723,6 +818,18 @@ class RuleEngine:
             if r in engine._by_name:
                 value = set(v) if isinstance(v, list) else v
                 engine._windows.setdefault((r, q), {}).setdefault(float(end), {})[subject] = value
+        for r, q, n in snapshot.get("reports", ()):
+            if r in engine._by_name:
+                engine._reports[(r, q)] = int(n)
+        for r, q, subject, column, n, mean, var, learned in snapshot.get("baselines", ()):
+            rule = engine._by_name.get(r)
+            if rule is not None and rule.mode == "baseline":
+                key = (r, q, subject, column)
+                engine._baselines[key] = EwmaBaseline.from_state(
+                    [n, mean, var], alpha=rule.alpha, warmup=rule.warmup
+                )
+                if learned is not None:
+                    engine._learned[key] = float(learned)
         for data in snapshot.get("tracks", ()):
             if data["rule"] in engine._by_name:
                 tr = _Track(**data)

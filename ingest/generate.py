@@ -24,7 +24,11 @@ Scenarios add, in the middle of the capture: ``syn-flood`` (unanswered SYNs from
 to one victim port), ``port-scan`` (one source probes many ports of one host: RST/ACK from closed
 ports, SYN-ACK then the scanner's RST from open ones), ``heavy-hitter-burst`` (one client sends a
 UDP stream that takes most packets for a while), ``ddos`` (many sources, SYNs and UDP, to one
-destination). :func:`generate` returns the attack's parameters (victim, scanner, ...) in its summary.
+destination). :func:`generate` returns the attack's parameters (victim, scanner, ...) in its summary,
+and the ground truth under ``details["truth"]``: ``attackers`` (listed when at most 100),
+``attackers_count``, ``spoofed``, ``victims``, and the attack's first and last packet (``start``,
+``end`` ISO-8601; ``start_s``, ``end_s`` seconds after ``start``). ``baseline`` has no attack: empty
+lists and null times.
 """
 
 from __future__ import annotations
@@ -342,6 +346,8 @@ def _attack(
         for t, s, sp, sq in zip(times, srcs, sports, seqs, strict=True):
             r.tcp(t, s, victim, sp, port, _SYN, sq, 0, win=1024)
         details.update(victim=_ip_text(victim), victim_port=port, attack_packets=n_att)
+        used = int(np.unique(pick).size)  # addresses of the pool that really sent
+        details["truth"] = _truth([], [victim], times[0], times[-1], attackers_count=used, spoofed=True)
     elif scenario == "port-scan":
         scanner, target = 0xC633_64C8, 0x0A00_000A  # 198.51.100.200 -> 10.0.0.10
         ports = (rng.permutation(65535)[: max(1, n_att // 2)] + 1).tolist()
@@ -366,6 +372,8 @@ def _attack(
             ports=len(ports),
             open_ports=list(_OPEN_SCAN_PORTS),
         )
+        last = lo + (len(ports) - 1) * step + rtt + (30 if ports[-1] in _OPEN_SCAN_PORTS else 0)
+        details["truth"] = _truth([scanner], [target], lo, last)
     elif scenario == "heavy-hitter-burst":
         heavy, dst = int(net.clients[10 % net.n_clients]), int(net.servers[5 % net.n_servers])
         b_lo, b_hi = int(span_us * 0.4), int(span_us * 0.6)
@@ -380,6 +388,7 @@ def _attack(
             burst_end_s=b_hi / 1e6,
             attack_packets=n_att,
         )
+        details["truth"] = _truth([heavy], [dst], times[0], times[-1])
     elif scenario == "ddos":
         victim, port = int(net.servers[1]), 80
         n_src = int(np.clip(n_att // 5, 100, 20_000))
@@ -396,9 +405,36 @@ def _attack(
             else:
                 rows.append((t, _UDP, s, victim, sp, port, 0, 0, 0, 512, 0))
         details.update(victim=_ip_text(victim), victim_port=port, sources=n_src, attack_packets=n_att)
+        attackers = src[np.unique(pick)].tolist()  # the sources that really sent
+        details["truth"] = _truth(attackers, [victim], times[0], times[-1])
     else:  # pragma: no cover - checked by generate()
         raise ValueError(scenario)
     return details
+
+
+#: ground truth lists at most this many attackers (a DDoS has thousands; the count is always there)
+_TRUTH_ATTACKERS = 100
+
+
+def _truth(
+    attackers: list[int],
+    victims: list[int],
+    start_us: int,
+    end_us: int,
+    *,
+    attackers_count: int | None = None,
+    spoofed: bool = False,
+) -> dict[str, Any]:
+    """What an evaluation needs to know about the attack (times still offsets, made ISO later)."""
+    count = len(attackers) if attackers_count is None else attackers_count
+    return {
+        "attackers": [_ip_text(a) for a in attackers] if count <= _TRUTH_ATTACKERS else [],
+        "attackers_count": count,
+        "spoofed": spoofed,
+        "victims": [_ip_text(v) for v in victims],
+        "start_us": int(start_us),
+        "end_us": int(end_us),
+    }
 
 
 def _dns_name(name: str) -> bytes:
@@ -564,7 +600,17 @@ def generate(
     def iso(us: int) -> str:
         return datetime.fromtimestamp((start_ns // 1000 + us) / 1e6, UTC).isoformat()
 
-    details.update(seed=seed, start=start, duration_s=duration_s, snaplen=snaplen)
+    truth = details.pop("truth", None) or {
+        "attackers": [], "attackers_count": 0, "spoofed": False, "victims": [],
+        "start_us": None, "end_us": None,
+    }  # fmt: skip
+    # the attack's first and last packet, in the capture's time (ISO) and as offsets from --start
+    for key in ("start", "end"):
+        offset = truth.pop(f"{key}_us")
+        truth[key] = None if offset is None else iso(offset)
+        truth[f"{key}_s"] = None if offset is None else offset / 1e6
+    truth["scenario"] = scenario
+    details.update(seed=seed, start=start, duration_s=duration_s, snaplen=snaplen, truth=truth)
     return GenerateSummary(
         path=str(path),
         scenario=scenario,

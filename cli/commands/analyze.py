@@ -11,6 +11,7 @@ from cli.main import LazyGroup
     "analyze",
     cls=LazyGroup,
     lazy={
+        "alerts": "cli.commands.analyze_alerts:command",
         "topk": "cli.commands.analyze_topk:command",
         "distinct": "cli.commands.analyze_distinct:command",
         "shedding": "cli.commands.analyze_shedding:command",

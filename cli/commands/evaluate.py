@@ -11,6 +11,7 @@ from cli.main import LazyGroup
     "eval",
     cls=LazyGroup,
     lazy={
+        "alerts": "cli.commands.eval_alerts:command",
         "topk": "cli.commands.eval_topk:command",
         "distinct": "cli.commands.eval_distinct:command",
         "shedding": "cli.commands.eval_shedding:command",

@@ -36,7 +36,12 @@ def generate_command(
     out: str,
     as_json: bool,
 ) -> None:
-    """Write a seeded synthetic capture: Zipf-skewed hosts, TCP handshakes, DNS, ICMP, attacks."""
+    """Write a seeded synthetic capture: Zipf-skewed hosts, TCP handshakes, DNS, ICMP, attacks.
+
+    --json prints the summary with the ground truth under details.truth: attackers (listed up to
+    100), attackers_count, spoofed, victims, the attack's first and last packet (start, end; and
+    start_s, end_s from --start), so evaluations can score detectors against it.
+    """
     from ingest.generate import generate
 
     try:
@@ -60,4 +65,11 @@ def generate_command(
         f"{summary.first_ts} .. {summary.last_ts}, {summary.rate_pps:,.0f} packets/s"
     )
     for key, value in summary.details.items():
-        click.echo(f"  {key}: {value}")
+        if key != "truth":
+            click.echo(f"  {key}: {value}")
+    truth = summary.details["truth"]
+    if truth["start"] is not None:  # the ground truth (netmon eval alerts reads it from --json)
+        attackers = ", ".join(truth["attackers"]) or f"{truth['attackers_count']:,} sources"
+        spoofed = " (spoofed)" if truth["spoofed"] else ""
+        click.echo(f"  attack: {attackers}{spoofed} -> {', '.join(truth['victims'])}")
+        click.echo(f"  attack time: {truth['start']} .. {truth['end']}")

@@ -25,6 +25,7 @@ __all__ = [
     "AGGREGATES",
     "FORMATS",
     "KINDS",
+    "MODES",
     "OPS",
     "SEVERITIES",
     "SIGNATURES",
@@ -35,8 +36,12 @@ __all__ = [
     "secret_key",
 ]
 
-#: the result kinds a rule can read (topics ``<prefix><kind>``)
-KINDS = RESULT_KINDS
+#: the result kinds a rule can read (topics ``<prefix><kind>``). ``features`` are the per-window
+#: detection rows of :mod:`analytics.alert_features` (``netmon analyze alerts`` computes them
+#: offline; the pipeline does not publish them yet, see docs/alerts.md)
+KINDS = (*RESULT_KINDS, "features")
+#: how a rule decides: a fixed ``threshold``, or a band learned per subject (``baseline``)
+MODES = ("threshold", "baseline")
 #: comparison operators of a condition
 OPS = (">", ">=", "<", "<=", "==", "!=")
 #: severities, lowest first (PagerDuty Events v2 uses the same four)
@@ -105,7 +110,8 @@ class AlertRule:
     #: with aggregate "distinct", the column whose distinct values are counted
     field: str = ""
     op: str = ">"
-    threshold: float
+    #: required in mode "threshold"; mode "baseline" ignores it (it shows the band instead)
+    threshold: float = math.nan
     #: only rows of this query (empty: every query of the kind)
     query: str = ""
     #: column(s), comma-separated, naming what the alert is about (empty: the query)
@@ -139,6 +145,24 @@ class AlertRule:
     #: why the rule and its threshold (``netmon alerts rules`` shows it)
     description: str = ""
     enabled: bool = True
+    #: "threshold": ``field op threshold``; "baseline": ``field`` above its own learned band
+    #: (per subject: EWMA mean + ``sensitivity`` standard deviations, at least ``min_ratio`` times
+    #: the mean), learned over ``warmup`` reports first
+    mode: str = "threshold"
+    #: the value must also reach this floor (both modes; baseline mode's only absolute number;
+    #: 0, the default: no floor)
+    min_value: float = 0.0
+    #: baseline: how many standard deviations above the mean the band ends
+    sensitivity: float = 4.0
+    #: baseline: the band ends at least this many times the mean
+    min_ratio: float = 2.0
+    #: baseline: reports of the rule's stream learned before it can fire, and values a subject
+    #: needs before its own band is used (a subject seen later starts against ``min_value`` only)
+    warmup: int = 3
+    #: baseline: weight of each new value once warm (memory ~ 1/alpha reports)
+    alpha: float = 0.1
+    #: baseline: further columns that must rise above their own band too (e.g. ``packets``)
+    also: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"[[alerts.rules]] {self.name!r}"
@@ -148,6 +172,10 @@ class AlertRule:
             "cooldown_s",
             "window_s",
             "lateness_s",
+            "min_value",
+            "sensitivity",
+            "min_ratio",
+            "alpha",
         ):  # 200 and 200.0 are the same threshold
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -160,8 +188,13 @@ class AlertRule:
             raise ConfigError(f"{where} field: must name a result column")
         if self.op not in OPS:
             raise ConfigError(f"{where} op: expected one of {' '.join(OPS)}, got {self.op!r}")
+        if self.mode == "baseline" and math.isnan(self.threshold):
+            object.__setattr__(self, "threshold", float(self.min_value))
         if not math.isfinite(self.threshold):
-            raise ConfigError(f"{where} threshold: must be a finite number, got {self.threshold!r}")
+            raise ConfigError(
+                f"{where} threshold: must be a finite number (required unless mode = 'baseline'), "
+                f"got {self.threshold!r}"
+            )
         if self.aggregate not in AGGREGATES:
             raise ConfigError(
                 f"{where} aggregate: expected one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
@@ -191,6 +224,31 @@ class AlertRule:
             isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
         ):
             raise ConfigError(f"{where} labels: expected a table of strings, got {self.labels!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"{where} mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        if not math.isfinite(self.min_value):
+            raise ConfigError(f"{where} min_value: must be a finite number, got {self.min_value!r}")
+        if not (math.isfinite(self.sensitivity) and self.sensitivity >= 0):
+            raise ConfigError(f"{where} sensitivity: must be a number >= 0, got {self.sensitivity!r}")
+        if not (math.isfinite(self.min_ratio) and self.min_ratio >= 1):
+            raise ConfigError(f"{where} min_ratio: must be a number >= 1, got {self.min_ratio!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ConfigError(f"{where} warmup: must be an integer >= 1, got {self.warmup!r}")
+        if not 0 < self.alpha <= 1:
+            raise ConfigError(f"{where} alpha: must be in (0, 1], got {self.alpha!r}")
+        if isinstance(self.also, list):
+            object.__setattr__(self, "also", tuple(self.also))
+        if not all(isinstance(c, str) and c.strip() for c in self.also):
+            raise ConfigError(f"{where} also: expected a list of column names, got {self.also!r}")
+        if self.mode == "baseline":
+            if self.window_s or self.aggregate != "max":
+                raise ConfigError(
+                    f"{where} mode: 'baseline' reads report rows (window_s = 0, aggregate 'max')"
+                )
+            if self.op not in (">", ">="):
+                raise ConfigError(f"{where} op: mode 'baseline' alerts on a rise: needs '>' or '>='")
+        elif self.also:
+            raise ConfigError(f"{where} also: only with mode = 'baseline'")
         try:
             self.summary.format_map(_Blank())
         except (ValueError, IndexError) as exc:
@@ -220,6 +278,15 @@ class AlertRule:
             text += f" per {self.subject}"
         if self.window_s:
             text += f" per {self.window_s:g}s window"
+        if self.mode == "baseline":
+            measured = ", ".join((self.field, *self.also))
+            text = text.replace(
+                f" {self.field} {self.op} {self.threshold:g}",
+                f" {measured} above baseline (mean + {self.sensitivity:g} sd, >= {self.min_ratio:g}x mean)",
+                1,
+            )
+        if self.min_value:
+            text += f" and >= {self.min_value:g}"
         if self.for_s:
             text += f" for {self.for_s:g}s"
         return text
@@ -349,6 +416,12 @@ class AlertsConfig:
     #: delivered and dead deliveries (and then their events and resolved episodes) older than this
     #: many days are deleted from the outbox; pending ones never are
     keep_days: float = 7.0
+    #: detection features (kind ``features``, analytics.alert_features): their tumbling window ...
+    features_window_s: float = 5.0
+    #: ... how long a SYN waits for its SYN-ACK or RST before it counts as unanswered ...
+    features_timeout_s: float = 3.0
+    #: ... and the subjects kept per window and family, by each ranked column
+    features_top: int = 100
 
     def __post_init__(self) -> None:
         if self.poll_s <= 0:
@@ -360,6 +433,14 @@ class AlertsConfig:
         if self.max_age_s <= 0:
             raise ConfigError(f"[alerts] max_age_s: must be > 0, got {self.max_age_s}")
         positive("[alerts]", "keep_days", self.keep_days, zero=True)
+        positive("[alerts]", "features_window_s", self.features_window_s)
+        positive("[alerts]", "features_timeout_s", self.features_timeout_s, zero=True)
+        if (
+            isinstance(self.features_top, bool)
+            or not isinstance(self.features_top, int)
+            or self.features_top < 1
+        ):
+            raise ConfigError(f"[alerts] features_top: must be an integer >= 1, got {self.features_top!r}")
         for kind, items in (("rules", self.rules), ("targets", self.targets)):
             names = [i.name for i in items]
             if len(set(names)) != len(names):

@@ -144,14 +144,21 @@ def test_docs_config_examples_load(tmp_path: Path) -> None:
     from netmon.config import load_alerts
 
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for i, block in enumerate(blocks):
         path = tmp_path / f"example{i}.toml"
         path.write_text(block)
         section = load_alerts(path)
         assert section.rules or section.targets
     assert [r.name for r in load_alerts(tmp_path / "example0.toml").rules] == ["big-ddos"]
-    example = load_alerts(tmp_path / "example1.toml")
+    [baseline] = load_alerts(tmp_path / "example1.toml").rules  # "Baseline mode"
+    assert (baseline.mode, baseline.also, baseline.min_value, baseline.threshold) == (
+        "baseline",
+        ("packets",),
+        100,
+        100,
+    )
+    example = load_alerts(tmp_path / "example2.toml")
     assert [t.format for t in example.targets] == ["slack", "pagerduty"]
     assert [t.signature for t in example.targets] == ["standard", "standard"] and example.keep_days == 7
 
