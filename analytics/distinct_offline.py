@@ -13,8 +13,11 @@ ones the Spark job follows:
   close_after_ns`` past the last record, as the pipeline's watermark does on the control message
   that ends a replay (``ingest.replay.ReplayOptions.close_windows_s``), and the sub-windows that end
   by ``close_after_ns`` after the last record close.
-  A record whose sub-window has already closed is *late*: counted in :class:`OfflineStats`, not
-  in any window.
+- A record is *late* when its timestamp is more than ``watermark`` behind the newest one seen
+  before it (``ts < M_before - watermark``; every earlier record with a timestamp counts, with
+  or without a key; the first record never is): counted in :class:`OfflineStats`, not in any
+  window — the pipeline's one meaning of late (``docs/reliability.md``), whatever the batches.
+  A record that is not late is never in a closed sub-window.
 - One report per closed sub-window whose window holds at least one item. The first report comes
   at the end of the first sub-window; early windows reach back before the first packet, where
   there was no traffic. Windows with no items give no report (Spark has no rows for them).
@@ -179,10 +182,10 @@ class _Driver:
         runmax = np.maximum.accumulate(np.where(chunk.has_ts, chunk.ts, _NEVER))
         runmax = np.maximum(runmax, self.max_ts)
         closable = np.where(runmax > _NEVER, (runmax - self.watermark_ns) // b - 1, _NEVER)
-        before = np.concatenate(([self.closed_through], closable[:-1]))
-        before = np.maximum(before, self.closed_through)
+        # The newest timestamp before each record: late when more than the watermark behind it.
+        newest = np.concatenate(([self.max_ts], runmax[:-1]))
         counted = chunk.has_ts & chunk.valid
-        late = counted & (idx <= before)
+        late = counted & (newest > _NEVER) & (chunk.ts < newest - self.watermark_ns)
         use = np.flatnonzero(counted & ~late)
         st.skipped += int(len(chunk.ts) - counted.sum())
         st.late += int(late.sum())

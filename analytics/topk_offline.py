@@ -11,18 +11,28 @@ each closed sub-window's top-k rows (count descending, ties by key text) reach
 :class:`analytics.topk.SubWindowTopK` — the same split as the Spark operator, where the native
 aggregation counts and only the summaries enter the merge.
 
-A sub-window closes when it holds ``b`` counted records (count-based) or when a record of a later
-sub-window arrives (time-based: Spark's closing with a zero watermark delay). The sub-window still
-open at the end of the input stays open, unless (time-based) the run is given ``close_after``:
-event time then advances that far past the last record, as the pipeline's watermark does on the
-control message that ends a replay (``ingest.replay.ReplayOptions.close_windows_s``), and the open
-sub-window closes if it ends by then. Time-based, a record of an already-closed sub-window
-(a timestamp going back across a sub-window boundary) is late: it is dropped and counted in
-``late``.
+Count-based, a sub-window closes when it holds ``b`` counted records. Time-based, event time is
+the newest timestamp seen so far (``M``; every record with a timestamp moves it, with or without
+the key's fields) and the pipeline's rules apply, with the watermark delay ``d``
+(``watermark``, the pipeline's ``[pipeline] watermark_s``):
+
+- a record is *late* when its timestamp is more than ``d`` behind the newest one seen before it
+  (``ts < M_before - d``; the first record never is): dropped and counted in ``late``, wherever
+  the batch boundaries fall — one meaning of late in ``netmon analyze`` and the pipeline
+  (``docs/reliability.md``);
+- sub-window ``i`` (``[i*b, (i+1)*b)``) closes once ``M >= (i+1)*b + d`` (Spark: its end is at
+  most the watermark ``M - d``). A record that is not late is never in a closed sub-window.
+
+Sub-windows still open at the end of the input stay open, unless the run is given
+``close_after``: event time then advances to ``d + close_after`` past the last record, as the
+pipeline's does on the control message that ends a replay
+(``ingest.replay.ReplayOptions.close_windows_s``), so the sub-windows that end by ``close_after``
+after the last record close.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -37,7 +47,12 @@ from analytics.keys import as_numpy, key_codes, parse_key, weight_values
 from analytics.timetext import parse_duration_ns
 from analytics.topk import ExactSlidingTopK, SubWindowTopK
 
-__all__ = ["OfflineTopK", "parse_duration", "read_topk"]
+__all__ = ["OfflineTopK", "parse_delay", "parse_duration", "read_topk"]
+
+#: Below every event time: "no timestamp seen".
+_NEVER = -(2**62)
+#: A zero duration text: ``0s``, ``0.0ms``, ``0 ns``.
+_ZERO = re.compile(r"^\s*(0+(\.0*)?|\.0+)\s*(ns|us|µs|ms|s|m|h)?\s*$")
 
 
 def parse_duration(text: str | int | timedelta, name: str = "duration") -> int:
@@ -49,6 +64,29 @@ def parse_duration(text: str | int | timedelta, name: str = "duration") -> int:
     (500000000, 60000000000, 1500000000)
     """
     return parse_duration_ns(text, name=name, bare_unit=None)
+
+
+def parse_delay(text: str | int | timedelta, name: str = "watermark", *, bare_unit: str | None = None) -> int:
+    """A watermark delay -> ns: a duration, or zero (``0``, ``"0s"``, ``timedelta(0)``).
+
+    A number without a unit is read in ``bare_unit`` (``"s"`` on the command line), or refused
+    (``None``, as :func:`parse_duration` does).
+
+    >>> parse_delay("5s"), parse_delay(0), parse_delay("0s"), parse_delay("2", bare_unit="s")
+    (5000000000, 0, 0, 2000000000)
+    """
+    if isinstance(text, timedelta):
+        zero = text == timedelta(0)
+    elif isinstance(text, int) and not isinstance(text, bool):
+        zero = text == 0
+    else:
+        zero = bool(_ZERO.match(str(text)))
+    if zero:
+        return 0
+    try:
+        return parse_duration_ns(text, name=name, bare_unit=bare_unit)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a duration >= 0 (e.g. 5s, 500ms, 0)") from None
 
 
 def _count_units(value: int | str | timedelta, name: str) -> int:
@@ -77,6 +115,10 @@ class OfflineTopK(Base):
         Event-time windows aligned to multiples of ``b``.
     exact
         Run the exact oracle (:class:`ExactSlidingTopK`: true counts above the same delta).
+    watermark
+        Time-based: the watermark delay ``d`` (integer ns or a duration text, ``0`` by default).
+        A record more than ``d`` behind the newest timestamp seen before it is late; sub-window
+        ``i`` closes once a timestamp reaches ``(i+1)*b + d`` (the module docstring).
 
     Examples
     --------
@@ -103,6 +145,7 @@ class OfflineTopK(Base):
         weight: str = "packets",
         time_based: bool = False,
         exact: bool = False,
+        watermark: int | str | timedelta = 0,
     ) -> None:
         self.key = key
         self.N = N
@@ -111,13 +154,18 @@ class OfflineTopK(Base):
         self.weight = weight
         self.time_based = time_based
         self.exact = exact
+        self.watermark = watermark
         self._fields = parse_key(key)
         if weight not in ("packets", "bytes"):
             raise ValueError(f"weight: expected 'packets' or 'bytes', got {weight!r}")
         if time_based:
             n_units, b_units = parse_duration(N, "N"), parse_duration(b, "b")
+            self._delay_ns = parse_delay(watermark, "watermark")
         else:
             n_units, b_units = _count_units(N, "N"), _count_units(b, "b")
+            if parse_delay(watermark, "watermark"):
+                raise ValueError("watermark: count-based windows have no event time; it takes 0")
+            self._delay_ns = 0
         algorithm = ExactSlidingTopK if exact else SubWindowTopK
         self._algorithm: SubWindowTopK | ExactSlidingTopK = algorithm(
             n_units, b_units, k, time_based=time_based
@@ -125,12 +173,14 @@ class OfflineTopK(Base):
         self._b_units = int(b_units)
         self.records = 0  # records counted (with the key, not late)
         self.skipped = 0  # records without the key's fields
-        self.late = 0  # time-based: records of an already-closed sub-window, dropped
-        self._max_index: int | None = None
+        self.late = 0  # time-based: records more than the watermark delay behind, dropped
         #: time-based: the largest timestamp seen (ns), records without the key included
         self.last_ns: int | None = None
-        # The still-open sub-window's aggregated rows: (its index, key texts, counts).
-        self._carry: tuple[int, pa.Array, np.ndarray] | None = None
+        # Event time M (ns): last_ns, or later once finish() has advanced it; _NEVER before any.
+        self._newest = _NEVER
+        # The still-open sub-windows' aggregated rows, in (sub-window, key) order: each row's
+        # sub-window index, its key text, its count.
+        self._carry: tuple[np.ndarray, pa.Array, np.ndarray] | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -173,17 +223,9 @@ class OfflineTopK(Base):
         after_ns = self._check_close(close_after)
         if self.last_ns is None:
             return
-        # Event time is now last_ns + after_ns: records of earlier sub-windows would be late.
-        now = (self.last_ns + after_ns) // self._b_units
-        self._max_index = now if self._max_index is None else max(self._max_index, now)
-        carry = self._carry
-        if carry is None or (carry[0] + 1) * self._b_units > self.last_ns + after_ns:
-            return  # nothing open, or it ends later: it stays open, as in the pipeline
-        index, texts, sums = carry
-        self._carry = None
-        rank = np.zeros(len(texts), np.int64)
-        keys = np.arange(len(texts), dtype=np.int64)
-        yield from self._close_rows(np.array([index], np.int64), rank, keys, sums, texts)
+        # Event time is now d + after_ns past the last record: the watermark, after_ns past it.
+        self._newest = max(self._newest, self.last_ns + self._delay_ns + after_ns)
+        yield from self._close_carry(self._closable())
 
     def _check_close(self, close_after: int | str | timedelta) -> int:
         if not self.time_based:
@@ -195,72 +237,110 @@ class OfflineTopK(Base):
     def feed(self, batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:
         """Feed one batch; yield the reports of the sub-windows it closes."""
         codes, valid, texts = key_codes(batch, self._fields)
+        late = None
         if self.time_based:
             ts, ts_valid = as_numpy(_int64(batch.column("ts")))
+            late = self._late(ts, ts_valid)
             if ts_valid is not None:
                 valid = ts_valid if valid is None else valid & ts_valid
-        if self.time_based and batch.num_rows:
-            timed = ts if ts_valid is None else ts[ts_valid]
-            if len(timed):
-                high = int(timed.max())
-                self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
         n_valid = batch.num_rows if valid is None else int(np.count_nonzero(valid))
         self.skipped += batch.num_rows - n_valid
-        if n_valid == 0:
-            return
-        w = weight_values(batch, self.weight)
-        if n_valid < batch.num_rows:
+        if late is not None and late.any():
+            late = late if valid is None else late & valid
+            self.late += int(np.count_nonzero(late))
+            valid = ~late if valid is None else valid & ~late
+        n_use = batch.num_rows if valid is None else int(np.count_nonzero(valid))
+        w = weight_values(batch, self.weight) if n_use else None
+        if n_use < batch.num_rows:
             codes = codes[valid]
             w = None if w is None else w[valid]
             if self.time_based:
                 ts = ts[valid]
         if self.time_based:
             index = ts // self._b_units
-            prev = np.empty_like(index)
-            prev[0] = index[0] if self._max_index is None else self._max_index
-            np.maximum.accumulate(index[:-1], out=prev[1:])
-            np.maximum(prev[1:], prev[0], out=prev[1:])
-            late = index < prev
-            if late.any():
-                self.late += int(late.sum())
-                keep = ~late
-                codes, index = codes[keep], index[keep]
-                w = None if w is None else w[keep]
-            if len(index) == 0:
-                return
-            self._max_index = int(max(prev[0], index.max()))
+            self.records += n_use
+            closable = self._closable()
         else:
-            index = (self.records + np.arange(n_valid, dtype=np.int64)) // self._b_units
-        self.records += len(index)
-        yield from self._count(index, codes.astype(np.int64), w, texts)
+            index = (self.records + np.arange(n_use, dtype=np.int64)) // self._b_units
+            self.records += n_use
+            closable = self.records // self._b_units - 1  # full sub-windows
+        yield from self._count(index, codes.astype(np.int64), w, texts, closable)
+
+    def _late(self, ts: np.ndarray, ts_valid: np.ndarray | None) -> np.ndarray:
+        """Which records are late (``ts < M_before - d``); moves event time M and ``last_ns`` on.
+
+        ``ts``: the batch's timestamps (ns), ``ts_valid``: which are present (None: all). A
+        record without a timestamp is never late and does not move event time.
+        """
+        timed = ts if ts_valid is None else np.where(ts_valid, ts, _NEVER)
+        if not len(timed):
+            return np.zeros(0, bool)
+        # The newest timestamp before each record: the running maximum, shifted by one.
+        before = np.empty_like(timed)
+        before[0] = self._newest
+        np.maximum.accumulate(timed[:-1], out=before[1:])
+        np.maximum(before[1:], before[0], out=before[1:])
+        late = (before != _NEVER) & (timed < before - self._delay_ns)
+        if ts_valid is not None:
+            late &= ts_valid
+        high = int(timed.max())
+        if high != _NEVER:
+            self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
+            self._newest = max(self._newest, high)
+        return late
+
+    def _closable(self) -> int:
+        """Time-based: the last sub-window that event time has closed (its end + d <= M)."""
+        if self._newest == _NEVER:
+            return _NEVER
+        return (self._newest - self._delay_ns) // self._b_units - 1
+
+    def _close_carry(self, closable: int) -> Iterator[dict[str, Any]]:
+        """Close the open sub-windows up to ``closable`` (no new records), with their reports."""
+        if self._carry is None:
+            return
+        index, texts, sums = self._carry
+        n = int(np.searchsorted(index, closable, side="right"))
+        if n == 0:
+            return
+        self._carry = None if n == len(index) else (index[n:], texts.slice(n), sums[n:])
+        windows = np.unique(index[:n])
+        rank = np.searchsorted(windows, index[:n])
+        keys = np.arange(n, dtype=np.int64)
+        yield from self._close_rows(windows, rank, keys, sums[:n], texts.slice(0, n))
 
     def _count(
-        self, index: np.ndarray, codes: np.ndarray, w: np.ndarray | None, texts: pa.Array
+        self, index: np.ndarray, codes: np.ndarray, w: np.ndarray | None, texts: pa.Array, closable: int
     ) -> Iterator[dict[str, Any]]:
-        """Sum the records' weights per (sub-window, key) with the open sub-window's rows; close.
+        """Sum the records' weights per (sub-window, key) with the open sub-windows' rows; close.
 
-        ``index`` (non-decreasing: late records are gone) is each record's sub-window, ``codes``
-        its key in ``texts``, ``w`` its weight (None: 1 each).
+        ``index`` is each record's sub-window (any order: within the watermark delay records may
+        go back; none is in a closed one), ``codes`` its key in ``texts``, ``w`` its weight (None:
+        1 each). The sub-windows up to ``closable`` close, the others stay open.
         """
+        if not len(index):
+            yield from self._close_carry(closable)
+            return
         carry = self._carry
         n_carry = 0
+        if len(index) == 1 or bool((index[1:] >= index[:-1]).all()):
+            windows = index[np.r_[True, index[1:] != index[:-1]]]  # in order: the usual case
+        else:
+            windows = np.unique(index)
         if carry is not None:
-            # The open sub-window's rows (key texts) and this batch's keys, in one code space.
-            first, carry_texts, carry_counts = carry
+            # The open sub-windows' rows (key texts) and this batch's keys, in one code space.
+            carry_index, carry_texts, carry_counts = carry
             n_carry = len(carry_texts)
             encoded = pa.concat_arrays([carry_texts, texts]).dictionary_encode()
             joint = as_numpy(encoded.indices)[0].astype(np.int64)
             carry_codes, codes = joint[:n_carry], joint[n_carry:][codes]
             texts = encoded.dictionary
-        else:
-            first = int(index[0])
-        # Sub-windows ranked 0, 1, ... (rank 0: the carried one, if any); one code per (rank, key).
-        change = np.empty(len(index), bool)
-        change[0] = index[0] != first
-        np.not_equal(index[1:], index[:-1], out=change[1:])
-        windows = np.concatenate([np.array([first], np.int64), index[change]])
+            windows = np.union1d(windows, carry_index)
+        # Sub-windows ranked 0, 1, ... in index order; one code per (rank, key).
         n_keys = len(texts)
-        code = np.cumsum(change) * n_keys + codes
+        code = np.searchsorted(windows, index) * n_keys + codes
+        if n_carry:
+            carry_codes = np.searchsorted(windows, carry_index) * n_keys + carry_codes
         size = len(windows) * n_keys
         if size <= 4 * len(code) + 65536:
             present = np.bincount(code, minlength=size)
@@ -281,12 +361,11 @@ class OfflineTopK(Base):
                 sums[group[:n_carry]] += carry_counts
         # rows: (sub-window rank, key) codes in ascending order, sums: their exact counts
         rank, keys = np.divmod(rows, n_keys)
-        last = int(windows[-1])
-        closes_last = not self.time_based and self.records == (last + 1) * self._b_units
-        n_rows = len(rows)
-        n_closed = n_rows if closes_last else int(np.searchsorted(rank, len(windows) - 1, side="left"))
-        if n_closed < n_rows:
-            self._carry = (last, texts.take(_indices(keys[n_closed:])), sums[n_closed:])
+        first_open = int(np.searchsorted(windows, closable, side="right"))
+        n_closed = int(np.searchsorted(rank, first_open, side="left"))
+        if n_closed < len(rows):
+            open_rank = rank[n_closed:]
+            self._carry = (windows[open_rank], texts.take(_indices(keys[n_closed:])), sums[n_closed:])
         else:
             self._carry = None
         if n_closed == 0:
@@ -368,6 +447,7 @@ def read_topk(
     time_based: bool = False,
     exact: bool = False,
     close_after: int | str | timedelta | None = None,
+    watermark: int | str | timedelta = 0,
 ) -> tuple[OfflineTopK, Iterator[dict[str, Any]]]:
     """Open a capture with ``ingest.read_records`` and run an :class:`OfflineTopK` over it.
 
@@ -376,7 +456,9 @@ def read_topk(
     """
     from ingest import read_records  # the capture reader lives in ingest/
 
-    q = OfflineTopK(key, N=N, b=b, k=k, weight=weight, time_based=time_based, exact=exact)
+    q = OfflineTopK(
+        key, N=N, b=b, k=k, weight=weight, time_based=time_based, exact=exact, watermark=watermark
+    )
     if close_after is not None:
         q._check_close(close_after)
     return q, q.run(read_records(path, columns=q.columns), close_after=close_after)

@@ -52,9 +52,10 @@ from netmon.config import RESULT_KINDS, Config
 from netmon.results import checkpoint_dir, results_dir, status_file
 from pipeline import distinct, joins, topk, traffic
 from pipeline.batch_sink import BatchOutput
-from pipeline.partials import TOTALS, Spec, merge_partials, raw_partials, totals_of
+from pipeline.batch_state import BatchState
+from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
-from pipeline.source import kafka_stream, raw_messages, read_packets
+from pipeline.source import kafka_stream, raw_messages
 
 __all__ = [
     "ALL",
@@ -93,12 +94,13 @@ class ResultKind:
 
     Exactly one of ``batch`` (a function on the shared micro-batch, built from the config and
     the kind's results and checkpoint directories) and ``stream`` (its own streaming queries,
-    built from the decoded packet stream: ``{name: DataFrame | BatchOutput}``) is set.
+    built from the session and the config, reading Kafka itself: ``{name: DataFrame | BatchOutput}``)
+    is set.
     """
 
     name: str
     batch: Callable[[Config, Path, Path], CountingKind] | None = None
-    stream: Callable[[DataFrame, Config], dict[str, Any]] | None = None
+    stream: Callable[[SparkSession, Config], dict[str, Any]] | None = None
     #: does the kind have configured queries (else it is skipped)
     configured: Callable[[Config], bool] = lambda cfg: True
 
@@ -313,14 +315,23 @@ class SharedBatch:
     ``mapInArrow`` decodes them with pyarrow and computes every kind's stage 1 in the same pass
     (``pipeline.partials.raw_partials``), so the decoded packets never go back into the JVM; the
     driver merges the partials and hands each kind its own. It counts packets, control messages,
-    malformed lines and records from the future (``totals``, over this process's batches).
+    malformed lines, records from the future and late packets (``totals``, over this process's
+    batches). Late has one meaning for every kind and for the offline commands: a packet more
+    than the watermark delay behind the newest event time of its Kafka partition before it
+    (``pipeline.partials.decode_messages``); each partition's newest event time is kept per batch
+    in ``state`` (``pipeline.batch_state``), so the rule does not depend on where batches begin.
     A kind with a ``prepare(batch_id, spark)`` method reads its state before its specs are
     taken (the distinct kind's late bound depends on it). ``seconds[kind]``: the kind's time in
     the last batch (``stage1`` for the shared pass: Kafka read, decode and every partial).
     """
 
-    def __init__(self, functions: dict[str, Any]) -> None:
+    def __init__(
+        self, functions: dict[str, Any], *, state: Path | None = None, delay_ns: int | None = None
+    ) -> None:
         self.functions = dict(functions)
+        #: each Kafka partition's newest event time after each batch (the late rule's start)
+        self.state = BatchState(state) if state is not None else None
+        self.delay_ns = delay_ns
         self.seconds: dict[str, float] = {name: 0.0 for name in self.functions}
         #: each kind's (and the shared stage 1's) time over this process's batches
         self.total_seconds: dict[str, float] = {}
@@ -333,7 +344,14 @@ class SharedBatch:
             if prepare is not None:
                 prepare(batch_id, df.sparkSession)
         specs = [spec for f in self.functions.values() for spec in f.specs]
-        partials, max_us = merge_partials(raw_partials(df, specs))
+        before = (self.state.load(batch_id) if self.state is not None else None) or {}
+        newest = {int(p): int(ns) for p, ns in before.items()}
+        partials, max_us = merge_partials(
+            raw_partials(df, specs, newest_ns=newest, delay_ns=self.delay_ns if self.state else None)
+        )
+        if self.state is not None:
+            # Saved before the kinds run: a rerun of this batch reads the version before it.
+            self.state.save(batch_id, {str(p): ns for p, ns in (newest | newest_of(partials)).items()})
         # Counted before the kinds run: their rows are visible as soon as each commits (a batch
         # that Spark runs again after a crash is counted again).
         for key, count in totals_of(partials).items():
@@ -435,11 +453,13 @@ class Pipeline:
                     if ops:
                         st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
                 function = self.batch_functions.get(kind)
+                shared = self.batch_functions.get(name)
                 late = int(getattr(function, "late_rows", 0))
+                if isinstance(shared, SharedBatch):
+                    late += shared.totals["late"]  # the late rule of the shared decode, for every kind
                 st.late_dropped += late - st.late_in_batches
                 st.late_in_batches = late
                 st.restarts = self.restarts.get(name, 0)
-                shared = self.batch_functions.get(name)
                 if isinstance(shared, SharedBatch) and kind in shared.seconds:
                     st.kind_ms = round(shared.seconds[kind] * 1000)
                     # The shared query's decode counts (not reported through observe()).
@@ -698,13 +718,16 @@ def _start(
         if k.name in chosen and k.batch is not None and k.configured(cfg)
     }
     if shared:
-        batch = SharedBatch(shared)
+        batch = SharedBatch(
+            shared,
+            state=_dir(checkpoint_dir(cfg, SHARED_QUERY)) / "event-time",
+            delay_ns=round(cfg.pipeline.watermark_s * 1e9),
+        )
         guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
         packets = raw_messages(
             kafka_stream(
                 spark,
                 cfg,
-                min_partitions=spark.sparkContext.defaultParallelism,
                 max_offsets=cfg.spark.max_offsets_per_trigger or cfg.pipeline.max_batch_messages,
             ),
             cfg.pipeline.max_future_s,
@@ -724,7 +747,7 @@ def _start(
     # The stream kinds: each its own queries (the join's state lives in Spark's state store).
     for stream_kind in (k for k in KINDS.values() if k.name in chosen and k.stream is not None):
         assert stream_kind.stream is not None
-        outputs = stream_kind.stream(read_packets(spark, cfg), cfg)
+        outputs = stream_kind.stream(spark, cfg)
         single = len(outputs) == 1 and stream_kind.name in outputs
         for name, df in outputs.items():
             starters[name], function, stream_guard = _query_starter(

@@ -43,12 +43,15 @@ import ipaddress
 import json
 import logging
 import threading
+from collections.abc import Iterable, Iterator
 from functools import reduce
 from operator import and_
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
@@ -57,6 +60,7 @@ from analytics.keys import parse_key
 from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig, check_unique_names
 from netmon.results import results_dir
 from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
+from pipeline.partials import decode_messages
 from pipeline.shedding_controller import (
     STATS_SCHEMA,
     ControlledQuery,
@@ -65,6 +69,7 @@ from pipeline.shedding_controller import (
     read_control_state,
     write_control,
 )
+from pipeline.source import kafka_stream, raw_messages
 
 __all__ = [
     "JOIN_QUERY_KINDS",
@@ -267,6 +272,84 @@ def build_staged(packets: DataFrame, queries: tuple[JoinQuery, ...], buckets: in
     )
 
 
+#: The staged rows' Spark schema as the pyarrow staging (:func:`stage_rows`) yields them.
+STAGED_SCHEMA = "query STRING, is_left BOOLEAN, ts TIMESTAMP, key STRING, " + ", ".join(
+    f"{name} {kind}" for name, kind in PAYLOAD.items()
+)
+
+
+def _key_text(columns: list[pa.Array]) -> pa.Array:
+    """:func:`_text` in pyarrow: the parts as strings joined by ``,``; null if any is null."""
+    parts = [pc.cast(c, pa.string()) for c in columns]
+    return pc.binary_join_element_wise(*parts, ",", null_handling="emit_null")
+
+
+def _side_masks(rows: pa.Table, q: JoinQuery) -> tuple[tuple[pa.Array, pa.Array], tuple[pa.Array, pa.Array]]:
+    """:func:`side_conditions` in pyarrow: ``((left mask, left key), (right mask, right key))``."""
+    if q.query == "handshake":
+        flags = pc.fill_null(pc.cast(rows["tcp_flags"], pa.int32()), 0)
+        tcp = pc.fill_null(pc.equal(rows["proto"], 6), False)
+        has_syn = pc.not_equal(pc.bit_wise_and(flags, _SYN), 0)
+        has_ack = pc.not_equal(pc.bit_wise_and(flags, _ACK), 0)
+        syn = pc.and_(pc.and_(tcp, has_syn), pc.invert(has_ack))
+        syn_ack = pc.and_(pc.and_(tcp, has_syn), has_ack)
+        # seq + 1 (mod 2^32): tcp_seq is 0 .. 2^32 - 1
+        seq_next = pc.bit_wise_and(pc.add(rows["tcp_seq"], 1), _SEQ_MOD - 1)
+        fwd = [rows[c] for c in ("src_ip", "dst_ip", "src_port", "dst_port")]
+        rev = [rows[c] for c in ("dst_ip", "src_ip", "dst_port", "src_port")]
+        return (syn, _key_text([*fwd, seq_next])), (syn_ack, _key_text([*rev, rows["tcp_ack"]]))
+    from netmon.filters import parse_filter
+
+    left_key = _key_text([rows[c] for c in parse_key(q.key)])
+    right_key = _key_text([rows[c] for c in parse_key(q.right_key or q.key)])
+    return (parse_filter(q.left).mask(rows), left_key), (parse_filter(q.right).mask(rows), right_key)
+
+
+def stage_rows(rows: pa.Table, queries: tuple[JoinQuery, ...]) -> pa.Table:
+    """Stage 1 of every query over decoded rows in pyarrow: ``query, is_left, ts, key, payload``.
+
+    The rows :func:`build_staged` makes with Spark's functions, for the pipeline's join query,
+    whose tasks decode the raw Kafka messages themselves (``pipeline.partials.decode_messages``).
+    """
+    parts = []
+    for q in queries:
+        for (mask, key), is_left in zip(_side_masks(rows, q), (True, False), strict=True):
+            keep = pc.and_(pc.fill_null(mask, False), pc.is_valid(key))
+            picked = rows.filter(keep)
+            n = picked.num_rows
+            parts.append(
+                pa.table(
+                    {
+                        "query": pa.array([q.name] * n, pa.string()),
+                        "is_left": pa.array([is_left] * n, pa.bool_()),
+                        "ts": picked["ts"],
+                        "key": key.filter(keep),
+                        **{name: picked[name] for name in PAYLOAD},
+                    }
+                )
+            )
+    return pa.concat_tables(parts) if parts else pa.table({})
+
+
+def build_staged_raw(messages: DataFrame, queries: tuple[JoinQuery, ...], buckets: int) -> DataFrame:
+    """:func:`build_staged` over raw Kafka messages (``pipeline.source.raw_messages``).
+
+    Each task decodes its messages with pyarrow and keeps only the rows of some query's side:
+    the packets never go into the JVM as rows (a SYN/SYN-ACK join keeps a small fraction of a
+    flood's packets). The bucket is Spark's, as in :func:`build_staged`.
+    """
+
+    def staged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows, _, _ = decode_messages(batch)
+            rows = rows.filter(pc.invert(rows["is_control"]))
+            yield from stage_rows(rows, queries).to_batches()
+
+    return messages.mapInArrow(staged, STAGED_SCHEMA).withColumn(
+        "bucket", F.pmod(F.xxhash64("key"), F.lit(buckets)).cast("int")
+    )
+
+
 # -- stage 2: the stateful join -----------------------------------------------------------------
 def _observed(joined: DataFrame, query: str) -> DataFrame:
     """Sum one query's stats rows of the batch into its progress (``observedMetrics``)."""
@@ -294,11 +377,19 @@ def build_joins(
     *,
     lateness_s: float,
     control_path: str | None = None,
+    raw: bool = False,
 ) -> DataFrame:
-    """All queries' join results, ``RESULT_COLUMNS``, with per-query statistics observed."""
+    """All queries' join results, ``RESULT_COLUMNS``, with per-query statistics observed.
+
+    ``packets``: the decoded packet stream, or (``raw``) the raw Kafka messages, decoded and
+    staged in the tasks with pyarrow (:func:`build_staged_raw`).
+    """
     check_unique_names("join", queries)  # each query and ``shedding`` were checked when built
     # Stage 1: every query's two sides in one pass, each row in a hash bucket of its key.
-    keyed = build_staged(packets, queries, shedding.buckets)
+    if raw:
+        keyed = build_staged_raw(packets, queries, shedding.buckets)
+    else:
+        keyed = build_staged(packets, queries, shedding.buckets)
     # Stage 2: per (query, bucket), the symmetric hash join over all the bucket's keys at once.
     joined = keyed.groupBy("query", "bucket").transformWithStateInPandas(
         statefulProcessor=JoinProcessor(join_specs(queries, shedding, lateness_s=lateness_s), control_path),
@@ -311,15 +402,24 @@ def build_joins(
     return observed.where(F.col("row") != "stats").select(*RESULT_COLUMNS)
 
 
-def build_join_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
-    """The ``joins`` result kind: one streaming query for every configured join query."""
+def build_join_outputs(spark: SparkSession, cfg: Config) -> dict[str, DataFrame]:
+    """The ``joins`` result kind: one streaming query for every configured join query.
+
+    It reads the packets topic raw and decodes and stages in its tasks (:func:`build_staged_raw`).
+    """
     queries = cfg.queries.join
     if not queries:
         return {}
     control = str(control_file(cfg))
+    messages = raw_messages(kafka_stream(spark, cfg), cfg.pipeline.max_future_s)
     return {
         "joins": build_joins(
-            packets, queries, cfg.shedding, lateness_s=cfg.pipeline.watermark_s, control_path=control
+            messages,
+            queries,
+            cfg.shedding,
+            lateness_s=cfg.pipeline.watermark_s,
+            control_path=control,
+            raw=True,
         )
     }
 
@@ -423,7 +523,7 @@ def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
     return controller
 
 
-def build_shedding_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFrame]:
+def build_shedding_outputs(spark: SparkSession, cfg: Config) -> dict[str, DataFrame]:
     """The ``shedding`` result kind: the live controller of the joins query and its statistics.
 
     Registers the controller (see :func:`start_controller`) and returns the per-batch
@@ -432,7 +532,6 @@ def build_shedding_outputs(packets: DataFrame, cfg: Config) -> dict[str, DataFra
     """
     if not cfg.queries.join:
         return {}
-    spark = packets.sparkSession
     start_controller(spark, cfg)
     directory = stats_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasketches import hll_sketch, tgt_hll_type
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from analytics.keys import key_text, weights
 from ingest.wire import CONTROL_WATERMARK, parse_lines
@@ -53,7 +54,9 @@ __all__ = [
     "DistinctSpec",
     "Spec",
     "decode_messages",
+    "NEWEST_QUERY",
     "merge_partials",
+    "newest_of",
     "partial_counts",
     "partials_of",
     "raw_partials",
@@ -67,8 +70,13 @@ PARTIAL_SCHEMA = "query INT, sw BIGINT, key STRING, records BIGINT, weight BIGIN
 MAX_QUERY = "\x00max"
 #: The query name of the rows that count the batch's lines by class (``key``: one of :data:`TOTALS`).
 TOTALS_QUERY = "\x00totals"
-#: The classes every line of a batch falls in: exactly one each.
-TOTALS = ("packets", "control", "malformed", "future")
+#: The classes every line of a batch falls in (exactly one of the first four each); ``late``
+#: counts the packets the late rule dropped (a part of ``packets``).
+TOTALS = ("packets", "control", "malformed", "future", "late")
+#: The query name of the rows that carry a partition's newest event time in ns (``sw``; ``key``:
+#: the partition): the next batch's lateness starts from it.
+NEWEST_QUERY = "\x00newest"
+_NEVER = -(2**63)
 #: The register width Spark's ``hll_sketch_agg`` writes (``analytics.distinct.HLL_TYPE``).
 _HLL_TYPE = tgt_hll_type.HLL_8
 
@@ -252,11 +260,13 @@ def partial_counts(df: DataFrame, specs: Sequence[Spec]) -> pa.Table:
         for batch in batches:
             yield from _coded(partials_of(batch, specs), names).to_batches()
 
+    if "is_control" not in df.columns:  # a stream without control rows (e.g. `netmon bench distinct`)
+        df = df.withColumn("is_control", F.lit(False))
     return _named(df.select(*_columns(specs)).mapInArrow(stage1, PARTIAL_SCHEMA).toArrow(), names)
 
 
 def _query_names(specs: Sequence[Spec]) -> pa.Array:
-    return pa.array([MAX_QUERY, TOTALS_QUERY, *(s.name for s in specs)], pa.string())
+    return pa.array([MAX_QUERY, TOTALS_QUERY, NEWEST_QUERY, *(s.name for s in specs)], pa.string())
 
 
 def _coded(partials: pa.Table, names: pa.Array) -> pa.Table:
@@ -271,17 +281,27 @@ def _named(partials: pa.Table, names: pa.Array) -> pa.Table:
     return partials.set_column(0, pa.field("query", pa.string()), pc.take(names, partials["query"]))
 
 
-def decode_messages(messages: pa.RecordBatch | pa.Table) -> tuple[pa.Table, dict[str, int]]:
-    """Raw Kafka messages -> decoded rows (:data:`ROW_SCHEMA`) and the count of each line class.
+def decode_messages(
+    messages: pa.RecordBatch | pa.Table, *, newest_ns: int | None = None, delay_ns: int | None = None
+) -> tuple[pa.Table, dict[str, int], int | None]:
+    """Raw Kafka messages -> decoded rows (:data:`ROW_SCHEMA`), the count of each line class, and
+    the newest event time seen (ns, or None).
 
     ``messages``: ``value`` (binary), ``known`` (the message's format and version headers are
     this wire format's), ``control`` (its ``netmon.control`` header or null) and ``horizon_ns``
-    (null, or the event time past which a record is from the future). A line of a known message
-    without a control header is a packet if it parses (``ingest.wire.parse_lines``); a line of a
-    known ``watermark`` control message holding an integer is a control row (its event time);
-    a packet or control row later than ``horizon_ns`` is *future*: counted, and dropped; every
-    other non-empty line is malformed. The rules of ``docs/wire-format.md``, as Spark's decoding
+    (null, or the event time past which a record is from the future), in the order they were
+    written (one Kafka partition's offsets). A line of a known message without a control header
+    is a packet if it parses (``ingest.wire.parse_lines``); a line of a known ``watermark``
+    control message holding an integer is a control row (its event time); a packet or control
+    row later than ``horizon_ns`` is *future*: counted, and dropped; every other non-empty line
+    is malformed. The rules of ``docs/wire-format.md``, as Spark's decoding
     (``pipeline.source.decode_packets``) applies them to the join queries' stream.
+
+    With ``delay_ns`` (the watermark delay), one meaning of *late* for every kind and for the
+    offline commands (``docs/reliability.md``): a packet is late when its event time is more than
+    ``delay_ns`` behind the newest event time seen before it — earlier packets and control rows
+    of the partition, from ``newest_ns`` on (the batches before). Late packets are counted
+    (``late``) and dropped, whatever the micro-batch boundaries were.
     """
     totals = dict.fromkeys(TOTALS, 0)
     values = messages.column("value").to_pylist()
@@ -289,38 +309,57 @@ def decode_messages(messages: pa.RecordBatch | pa.Table) -> tuple[pa.Table, dict
     control = messages.column("control").to_pylist()
     horizons = [h for h in messages.column("horizon_ns").to_pylist() if h is not None]
     horizon = min(horizons) if horizons else None
+    newest = newest_ns
     tables: list[pa.Table] = []
     control_ns: list[int] = []
     for value, ok, kind in zip(values, known, control, strict=True):
         value = value or b""
         if ok and kind is None:
             table, bad = parse_lines(value)
-            tables.append(table)
             totals["malformed"] += bad
+            if horizon is not None and table.num_rows:
+                ahead = pc.greater(table.column("ts"), horizon)
+                future = pc.sum(ahead).as_py() or 0
+                if future:
+                    table = table.filter(pc.invert(ahead))
+                    totals["future"] += future
+            if not table.num_rows:
+                continue
+            totals["packets"] += table.num_rows  # late ones included: `late` counts those apart
+            ts = np.asarray(table.column("ts").to_numpy(zero_copy_only=False), np.int64)
+            if delay_ns is not None:
+                # The newest event time before each packet: the running maximum, shifted by one.
+                before = np.empty_like(ts)
+                before[0] = _NEVER if newest is None else newest
+                np.maximum.accumulate(ts[:-1], out=before[1:])
+                np.maximum(before[1:], before[0], out=before[1:])
+                # Nothing before the first packet of the stream: it is never late.
+                late = (before != _NEVER) & (ts < before - delay_ns)
+                if late.any():
+                    totals["late"] += int(late.sum())
+                    table = table.filter(pa.array(~late))
+            top = int(ts.max())
+            newest = top if newest is None else max(newest, top)
+            tables.append(table)
             continue
         for line in value.split(b"\n"):
             if not line:
                 continue
             if ok and kind == CONTROL_WATERMARK:
                 try:
-                    control_ns.append(int(line.strip()))
-                    continue
+                    ns = int(line.strip())
                 except ValueError:
                     pass
+                else:
+                    if horizon is not None and ns > horizon:
+                        totals["future"] += 1
+                    else:
+                        control_ns.append(ns)
+                        newest = ns if newest is None else max(newest, ns)
+                    continue
             totals["malformed"] += 1
     records = pa.concat_tables(tables) if tables else None
     ts_ns = records.column("ts") if records is not None else pa.array([], pa.int64())
-    if horizon is not None and len(ts_ns) and records is not None:
-        ahead = pc.greater(ts_ns, horizon)
-        future = pc.sum(ahead).as_py() or 0
-        if future:
-            records = records.filter(pc.invert(ahead))
-            ts_ns = records.column("ts")
-            totals["future"] += future
-    if horizon is not None:
-        totals["future"] += sum(1 for ns in control_ns if ns > horizon)
-        control_ns = [ns for ns in control_ns if ns <= horizon]
-    totals["packets"] = len(ts_ns)
     totals["control"] = len(control_ns)
     # Spark's event time: `timestamp_micros(ts_ns div 1000)` (integer division toward zero).
     ts_us = pc.divide(pc.cast(ts_ns, pa.int64()), 1000)
@@ -340,7 +379,7 @@ def decode_messages(messages: pa.RecordBatch | pa.Table) -> tuple[pa.Table, dict
             }
         )
         rows = pa.concat_tables([rows, marks], promote_options="default").cast(ROW_SCHEMA)
-    return rows, totals
+    return rows, totals, newest
 
 
 def totals_of(merged: pa.Table) -> dict[str, int]:
@@ -350,24 +389,43 @@ def totals_of(merged: pa.Table) -> dict[str, int]:
     return {name: int(counts.get(name) or 0) for name in TOTALS}
 
 
-def raw_partials(messages: DataFrame, specs: Sequence[Spec]) -> pa.Table:
+def raw_partials(
+    messages: DataFrame,
+    specs: Sequence[Spec],
+    *,
+    newest_ns: dict[int, int] | None = None,
+    delay_ns: int | None = None,
+) -> pa.Table:
     """Decode and stage 1 of ``specs`` over a micro-batch of raw Kafka messages, collected.
 
-    ``messages``: ``value, known, control, horizon_ns`` (``pipeline.source.raw_messages``). Each
-    task decodes its messages with pyarrow and computes every partial of its rows.
+    ``messages``: ``value, partition, known, control, horizon_ns``
+    (``pipeline.source.raw_messages``), one task per Kafka partition's offsets (in order). Each
+    task decodes its messages with pyarrow (:func:`decode_messages`: late packets, by the newest
+    event time of their partition before them — ``newest_ns`` from the batches before — are
+    dropped and counted) and computes every partial of its rows. A ``NEWEST_QUERY`` row per
+    partition carries its newest event time after the batch, in ns.
     """
     specs = tuple(specs)
     names = _query_names(specs)
+    carried = dict(newest_ns or {})
 
     def stage1(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        newest: dict[int, int | None] = {}
         for batch in batches:
-            rows, totals = decode_messages(batch)
+            parts = pc.unique(batch.column("partition")).to_pylist() if batch.num_rows else []
+            if len(parts) > 1:
+                raise ValueError(
+                    f"a task read several Kafka partitions ({parts}): lateness needs their order"
+                )
+            partition = parts[0] if parts else None
+            before = newest.get(partition, carried.get(partition)) if partition is not None else None
+            rows, totals, after = decode_messages(batch, newest_ns=before, delay_ns=delay_ns)
             partials = partials_of(rows, specs)
-            # A task reads one Kafka partition's offsets: its largest event time is that partition's.
-            parts = pc.unique(batch.column("partition")) if batch.num_rows else pa.array([], pa.int32())
-            if len(parts) == 1:
+            if partition is not None:
+                newest[partition] = after
+                # A task reads one Kafka partition's offsets: its largest event time is that partition's.
                 is_max = pc.equal(partials["query"], MAX_QUERY)
-                key = pc.if_else(is_max, pa.scalar(str(parts[0].as_py())), partials["key"])
+                key = pc.if_else(is_max, pa.scalar(str(partition)), partials["key"])
                 partials = partials.set_column(2, "key", key)
             yield from _coded(partials, names).to_batches()
             counted = _table(
@@ -379,8 +437,29 @@ def raw_partials(messages: DataFrame, specs: Sequence[Spec]) -> pa.Table:
                 }
             )
             yield from _coded(counted, names).to_batches()
+        marks = {p: ns for p, ns in newest.items() if ns is not None}
+        if marks:
+            newest_rows = _table(
+                {
+                    "query": _names(NEWEST_QUERY, len(marks)),
+                    "sw": list(marks.values()),
+                    "key": [str(p) for p in marks],
+                    "records": [0] * len(marks),
+                    "weight": [0] * len(marks),
+                }
+            )
+            yield from _coded(newest_rows, names).to_batches()
 
     return _named(messages.mapInArrow(stage1, PARTIAL_SCHEMA).toArrow(), names)
+
+
+def newest_of(partials: pa.Table) -> dict[int, int]:
+    """Each Kafka partition's newest event time (ns) after a batch (:func:`raw_partials`)."""
+    rows = partials.filter(pc.equal(partials["query"], NEWEST_QUERY))
+    out: dict[int, int] = {}
+    for key, ns in zip(rows["key"].to_pylist(), rows["sw"].to_pylist(), strict=True):
+        out[int(key)] = max(ns, out.get(int(key), ns))
+    return out
 
 
 def merge_partials(partials: pa.Table) -> tuple[pa.Table, int | None]:
@@ -399,6 +478,9 @@ def merge_partials(partials: pa.Table) -> tuple[pa.Table, int | None]:
     # The slowest partition's newest event time (rows of no known partition count as one).
     max_us = pc.min(tops["sw_max"]).as_py() if tops.num_rows else None
     rows = partials.filter(pc.invert(is_max))
+    is_newest = pc.equal(rows["query"], NEWEST_QUERY)
+    newest = rows.filter(is_newest)
+    rows = rows.filter(pc.invert(is_newest))
     has_sketch = pc.is_valid(rows["sketch"])
     sketches = rows.filter(has_sketch)
     counts = rows.filter(pc.invert(has_sketch))
@@ -408,4 +490,4 @@ def merge_partials(partials: pa.Table) -> tuple[pa.Table, int | None]:
     merged = merged.select(["query", "sw", "key", "records_sum", "weight_sum"])
     merged = merged.rename_columns(["query", "sw", "key", "records", "weight"])
     merged = merged.append_column("sketch", pa.nulls(merged.num_rows, pa.binary()))
-    return pa.concat_tables([merged.cast(_ARROW_SCHEMA), sketches]), max_us
+    return pa.concat_tables([merged.cast(_ARROW_SCHEMA), sketches, newest]), max_us

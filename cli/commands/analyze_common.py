@@ -1,4 +1,4 @@
-"""What ``netmon analyze topk|distinct|join`` share: pipeline query names and closing at the end.
+"""What ``netmon analyze topk|distinct|join`` share: query names, lateness, closing at the end.
 
 ``--query NAME`` names a query of the pipeline's configuration (``[[queries.topk]]``,
 ``[[queries.distinct]]``, ``[[queries.join]]``; ``netmon config show``), run offline with the
@@ -10,6 +10,12 @@ message ``[pipeline] watermark_s + traffic_window_s`` past the last record
 (``ingest.replay.ReplayOptions.close_windows_s``), so the pipeline's watermark ends
 ``traffic_window_s`` past the last record and the sub-windows that end by then close. By default
 the offline commands do the same at the end of the file (:func:`close_after_ns`).
+
+``--watermark DURATION`` (top-k and distinct): the watermark delay ``d``, with the pipeline's one
+meaning of late (``docs/reliability.md``): a record more than ``d`` behind the newest timestamp
+seen before it is late, dropped and counted; a sub-window closes once a timestamp reaches its end
+plus ``d``. A configured query (``--query``) runs with ``[pipeline] watermark_s``
+(:func:`watermark_ns`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ __all__ = [
     "close_option",
     "find_query",
     "seconds_ns",
+    "watermark_ns",
+    "watermark_option",
 ]
 
 #: The ``--help`` sentence on names that are both configured and built in.
@@ -99,3 +107,35 @@ def close_option(f: Callable[..., object]) -> Callable[..., object]:
     return click.option(
         "--close-at-end/--keep-open", "close_at_end", default=True, show_default=True, help=CLOSE_HELP
     )(f)
+
+
+WATERMARK_HELP = (
+    "Watermark delay: a record more than this behind the newest timestamp before it is late "
+    "(dropped and counted, as in the pipeline); a sub-window closes once a timestamp reaches its "
+    "end plus this. [a configured --query: [pipeline] watermark_s, else 0]"
+)
+
+
+def _delay(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from analytics.topk_offline import parse_delay
+
+    try:
+        return parse_delay(value, "--watermark", bare_unit="s")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--watermark: ")) from None
+
+
+def watermark_option(f: Callable[..., object]) -> Callable[..., object]:
+    """``--watermark DURATION`` (``0`` allowed, bare numbers are seconds): ``watermark``, ns or None."""
+    return click.option(
+        "--watermark", "watermark", callback=_delay, default=None, metavar="DURATION", help=WATERMARK_HELP
+    )(f)
+
+
+def watermark_ns(cfg: Config, given: int | None, *, configured: bool) -> int:
+    """The watermark delay (ns): ``given``, else ``[pipeline] watermark_s`` for a configured query, else 0."""
+    if given is not None:
+        return given
+    return seconds_ns(cfg.pipeline.watermark_s, "[pipeline] watermark_s") if configured else 0

@@ -17,7 +17,14 @@ import click
 
 from analytics.distinct_offline import DistinctReport, OfflineStats, distinct_reports, parse_duration_ns
 from analytics.distinct_queries import QUERIES, DistinctQuery
-from cli.commands.analyze_common import CONFIGURED_FIRST, close_after_ns, close_option, find_query, seconds_ns
+from cli.commands.analyze_common import (
+    CONFIGURED_FIRST,
+    close_after_ns,
+    close_option,
+    find_query,
+    seconds_ns,
+    watermark_option,
+)
 from cli.main import pass_config
 from netmon.config import Config
 from netmon.config import DistinctQuery as ConfiguredDistinct
@@ -123,7 +130,9 @@ def _emit(reports: Iterable[DistinctReport], fmt: str) -> None:
 def _log_stats(query: DistinctQuery, stats: OfflineStats) -> None:
     if stats.late:
         log.warning(
-            "%d records arrived after their sub-window closed (late) and were not counted", stats.late
+            "%d records were more than the watermark delay behind the newest timestamp before them "
+            "(late) and were not counted",
+            stats.late,
         )
     log.info(
         "distinct %s: %d records, %d counted, %d skipped (null key), %d late, %d reports",
@@ -162,12 +171,7 @@ def _log_stats(query: DistinctQuery, stats: OfflineStats) -> None:
     help=f"Groups per report; 0: all [the configured query's, else {_default(Resolved, 'top')}].",
 )
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True)
-@click.option(
-    "--watermark",
-    callback=_duration,
-    default=None,
-    help="Lateness allowed before a sub-window closes [a configured query: [pipeline] watermark_s, else 0].",
-)
+@watermark_option
 @click.option("--full-windows", is_flag=True, help="Report only once N/b sub-windows have elapsed.")
 @close_option
 @pass_config

@@ -9,12 +9,26 @@ from typing import Any
 
 import click
 
-from cli.commands.analyze_common import close_after_ns, close_option, find_query, seconds_ns
+from cli.commands.analyze_common import (
+    close_after_ns,
+    close_option,
+    find_query,
+    seconds_ns,
+    watermark_ns,
+    watermark_option,
+)
 from cli.main import pass_config
 from netmon.config import Config, TopKQuery
 
 #: Library parameter names -> the options that set them, for error messages.
-_OPTION = {"N": "--window", "b": "--sub-window", "k": "-k", "key": "--key", "weight": "--weight"}
+_OPTION = {
+    "N": "--window",
+    "b": "--sub-window",
+    "k": "-k",
+    "key": "--key",
+    "weight": "--weight",
+    "watermark": "--watermark",
+}
 
 #: A number with a time unit: a duration, which makes the windows event-time ones.
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|h)\s*$")
@@ -27,7 +41,8 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|
     "query_name",
     metavar="NAME",
     help="A [[queries.topk]] query of the configuration (netmon config show): its key, weight, "
-    "window, sub-window and k, event-time windows. The options below override them.",
+    "window, sub-window and k, event-time windows, and [pipeline] watermark_s. The options below "
+    "override them.",
 )
 @click.option("--key", help="Record field(s): src_ip, dst_ip, 'src_ip,dst_ip', 'proto,dst_port'.")
 @click.option(
@@ -47,6 +62,7 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s|m|
 )
 @click.option("--exact", is_flag=True, help="Exact oracle: every item truly above delta, with true counts.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "table"]), default="jsonl", show_default=True)
+@watermark_option
 @close_option
 @pass_config
 def command(
@@ -61,6 +77,7 @@ def command(
     time_based: bool,
     exact: bool,
     fmt: str,
+    watermark: int | None,
     close_at_end: bool,
 ) -> None:
     """Sliding-window heavy hitters of FILE (pcap, pcapng, .gz): one report per closed sub-window.
@@ -68,7 +85,8 @@ def command(
     JSON lines {"end", "delta", "items": [{"key", "count"}]}; "end" is the number of records counted
     (count-based) or the window's end time in ISO-8601 UTC (time-based). Give --query NAME, or
     --key, --window, --sub-window and -k. --close-at-end applies to event-time windows (a
-    count-based sub-window closes when it holds b packets). See docs/topk.md.
+    count-based sub-window closes when it holds b packets); so does --watermark, the pipeline's
+    meaning of late. See docs/topk.md.
     """
     from analytics.topk_offline import read_topk
 
@@ -90,9 +108,10 @@ def command(
         n = window if time_based else _count("--window", window)
         b = sub_window if time_based else _count("--sub-window", sub_window)
         close = close_after_ns(cfg) if close_at_end and time_based else None
+        delay = watermark_ns(cfg, watermark, configured=query is not None)
         q, reports = read_topk(
             file, key=key, N=n, b=b, k=k, weight=weight or "packets", time_based=time_based, exact=exact,
-            close_after=close,
+            close_after=close, watermark=delay,
         )  # fmt: skip
         write = sys.stdout.write
         for report in reports:
@@ -103,7 +122,11 @@ def command(
         name, sep, rest = str(exc).partition(": ")
         raise click.ClickException(f"{_OPTION.get(name, name)}{sep}{rest}") from None
     if q.late:
-        click.echo(f"netmon: {q.late} late records (timestamps before a closed sub-window) dropped", err=True)
+        click.echo(
+            f"netmon: {q.late} late records (more than the watermark delay behind the newest timestamp "
+            "before them) dropped",
+            err=True,
+        )
 
 
 def _configured(query: TopKQuery, window: str | None, sub_window: str | None) -> tuple[str, str]:

@@ -53,9 +53,11 @@ def brute_reports(rows, query: DistinctQuery, *, watermark_ns=0, full_windows=Fa
         first = ts // b if first is None else first
         item, group = key_of(r, query.count), key_of(r, query.group_by) if query.group_by else ""
         if item is not None and group is not None:
-            if closed_through is not None and ts // b <= closed_through:
+            # Late: more than the watermark behind the newest timestamp before it (any record's).
+            if max_ts is not None and ts < max_ts - watermark_ns:
                 late += 1
             else:
+                assert closed_through is None or ts // b > closed_through  # never in a closed one
                 kept.append((ts, group, item))
         max_ts = ts if max_ts is None else max(max_ts, ts)
         closed_through = (max_ts - watermark_ns) // b - 1
@@ -257,7 +259,48 @@ def test_closing_at_the_end_is_a_keyless_record_past_the_last_one(seed, watermar
     want, _ = brute_reports([*rows, {"ts": last + wm + close}], q, watermark_ns=wm)
     got = offline(rows, q, 37, watermark_ns=wm, close_after_ns=close)
     assert got == want
-    assert len(got) > len(offline(rows, q, 37, watermark_ns=wm)) or (wm, close) == (0, 0)
+    kept_open = offline(rows, q, 37, watermark_ns=wm)
+    assert got[: len(kept_open)] == kept_open
+    # With no watermark delay the jittered tail is late (behind the newest timestamp): closing
+    # the sub-windows past it may add nothing; with a delay it holds records, and reports.
+    assert len(got) > len(kept_open) or wm == 0
+
+
+def jump_rows(seed: int, n: int = 3000) -> list[dict]:
+    """:func:`random_rows` with disorder up to 2 s, some records without a timestamp, and one
+    large backward jump: from the middle on, the traffic is 45 s earlier (it repeats)."""
+    rows = random_rows(seed, n, jitter_s=2.0)
+    rng = random.Random(seed)
+    for i, r in enumerate(rows):
+        if i >= n // 2:
+            r["ts"] -= 45 * S
+        if rng.random() < 0.01:
+            r["ts"] = None
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_late_is_more_than_the_watermark_behind_the_newest_time(seed):
+    # Faults issue, item 12: one meaning of late, offline as in the pipeline, whatever the
+    # batches: a record more than the watermark behind the newest timestamp before it is late
+    # (brute_reports, record by record). The former rule (late: its sub-window already closed)
+    # kept records up to a sub-window further behind.
+    q = DistinctQuery(name="t", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=0.5)
+    rows = jump_rows(seed)
+    last = max(r["ts"] for r in rows if r["ts"] is not None)
+    for watermark_s in (0, 0.3, 2, 5, 60):
+        wm = seconds_to_ns(watermark_s) if watermark_s else 0
+        for close in (None, S):
+            tail = [] if close is None else [{"ts": last + wm + close}]  # where finish() moves time
+            want, late = brute_reports([*rows, *tail], q, watermark_ns=wm)
+            for batch_size in (None, 3, 53):
+                stats = OfflineStats()
+                got = offline(rows, q, batch_size, watermark_ns=wm, close_after_ns=close, stats=stats)
+                assert got == want, (watermark_s, close, batch_size)
+                assert stats.late == late, (watermark_s, close, batch_size)
+        # The jump makes records late unless the delay covers it.
+        assert (late > 100) == (watermark_s < 45) and (late == 0) == (watermark_s >= 45), watermark_s
+        assert len(want) > 50
 
 
 def test_hll_mode_reports_the_same_windows_and_is_exact_for_small_counts():

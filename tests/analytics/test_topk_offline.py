@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from analytics.topk import SubWindowTopK, format_end
-from analytics.topk_offline import OfflineTopK, parse_duration
+from analytics.topk_offline import OfflineTopK, parse_delay, parse_duration
 from netmon.records import ARROW_SCHEMA
 from tests.analytics.test_topk import brute_reports
 
@@ -21,14 +21,19 @@ CAPTURES = REPO_ROOT.parent / "shared" / "captures"
 B_NS = 1_000_000_000
 
 
-def make_table(n: int, seed: int, *, late: bool = False) -> pa.Table:
-    """Records with the full schema: some without IPs or ports, timestamps with gaps (and late ones)."""
+def make_table(n: int, seed: int, *, late: bool = False, jump_s: float = 0) -> pa.Table:
+    """Records with the full schema: some without IPs or ports, timestamps with gaps (and late ones).
+
+    ``jump_s``: from the middle record on, the traffic is ``jump_s`` earlier (one large backward
+    jump, as a capture whose traffic repeats), and a few records have no timestamp.
+    """
     rng = np.random.default_rng(seed)
     steps = rng.choice([0, 10**6, 3 * 10**8, 4 * B_NS], size=n, p=[0.2, 0.5, 0.27, 0.03])
     ts = 1_700_000_000 * B_NS + np.cumsum(steps)
     if late:  # a few timestamps go back by up to 2 s
         back = rng.random(n) < 0.05
         ts = ts - back * rng.integers(0, 2 * B_NS, size=n)
+    ts[n // 2 :] -= int(jump_s * B_NS)
     p = 1 / np.arange(1, 9)
     src = [f"192.0.2.{int(x)}" for x in rng.choice(8, size=n, p=p / p.sum())]
     no_ip = rng.random(n) < 0.05
@@ -36,7 +41,8 @@ def make_table(n: int, seed: int, *, late: bool = False) -> pa.Table:
     columns = {
         name: pa.nulls(n, field.type) for name, field in zip(ARROW_SCHEMA.names, ARROW_SCHEMA, strict=True)
     }
-    columns["ts"] = pa.array(ts, pa.timestamp("ns", tz="UTC"))
+    no_ts = (rng.random(n) < 0.01) if jump_s else np.zeros(n, bool)
+    columns["ts"] = pa.array(ts, pa.timestamp("ns", tz="UTC"), mask=no_ts)
     columns["wire_len"] = pa.array(rng.integers(60, 1514, size=n), pa.int32())
     columns["src_ip"] = pa.array([None if m else s for s, m in zip(src, no_ip, strict=True)], pa.string())
     columns["dst_ip"] = pa.array(["198.51.100.1"] * n, pa.string())
@@ -46,6 +52,18 @@ def make_table(n: int, seed: int, *, late: bool = False) -> pa.Table:
         [None if m else int(x) for x, m in zip(ports, no_port, strict=True)], pa.int32()
     )
     return pa.table(columns, schema=ARROW_SCHEMA)
+
+
+def rows_of(table: pa.Table, key: tuple[str, ...], weight: str) -> list[tuple[int | None, str | None, int]]:
+    """(ts_ns or None, key text or None, weight) of every record, in order — plain Python."""
+    cols = {c: table.column(c).to_pylist() for c in (*key, "wire_len")}
+    ts = table.column("ts").cast(pa.int64()).to_pylist()
+    out = []
+    for i in range(table.num_rows):
+        values = [cols[c][i] for c in key]
+        text = None if any(v is None for v in values) else ",".join(str(v) for v in values)
+        out.append((ts[i], text, 1 if weight == "packets" else cols["wire_len"][i]))
+    return out
 
 
 def records_of(table: pa.Table, key: tuple[str, ...], weight: str) -> list[tuple[int, str, int]]:
@@ -77,15 +95,34 @@ def brute_count(records, N, b, k, exact=False):
     return brute_reports(subwindows, N // b, k, lambda i: (i + 1) * b, exact=exact)
 
 
-def brute_time(records, N_ns, b_ns, k, exact=False, close_last=False):
-    """Reports of the time-based query; the last sub-window is closed only with ``close_last``."""
-    kept, high = [], None
-    for ts, key, w in records:  # late: a sub-window before one already seen
-        if high is None or ts // b_ns >= high:
+def brute_time(rows, N_ns, b_ns, k, exact=False, *, delay_ns=0, close_after_ns=None):
+    """Reports and late count of the time-based query, record by record (the rule, plain Python).
+
+    ``rows``: (ts or None, key text or None, weight) of every record in input order. A record is
+    late when its ts is more than ``delay_ns`` behind the newest ts seen before it (records
+    without a key count for the newest ts; without a ts, for nothing). Sub-window i closes once
+    the newest ts reaches (i+1)*b + delay; ``close_after_ns``: at the end the newest ts moves to
+    ``delay_ns + close_after_ns`` past the last record.
+    """
+    kept, newest, late = [], None, 0
+    for ts, key, w in rows:
+        if ts is None:
+            continue
+        if newest is not None and ts < newest - delay_ns:
+            late += key is not None
+        elif key is not None:
             kept.append((ts, key, w))
-            high = ts // b_ns
-    first, last = kept[0][0] // b_ns, kept[-1][0] // b_ns
-    stop = last + 1 if close_last else last
+        newest = ts if newest is None else max(newest, ts)
+    if not kept:
+        return [], late
+    if close_after_ns is not None:
+        newest += delay_ns + close_after_ns
+    first = min(ts // b_ns for ts, _, _ in kept)
+    # Every sub-window below (newest - delay) // b is closed, but the empty ones after the last
+    # closed one holding a record report nothing yet: they are reported (skipped when their
+    # window is empty) when the next sub-window with records closes, as in the pipeline.
+    closed = (newest - delay_ns) // b_ns
+    stop = max((ts // b_ns for ts, _, _ in kept if ts // b_ns < closed), default=first - 1) + 1
     subwindows = [[] for _ in range(first, stop)]
     for ts, key, w in kept:
         if ts // b_ns < stop:
@@ -98,7 +135,7 @@ def brute_time(records, N_ns, b_ns, k, exact=False, close_last=False):
         exact=exact,
         skip_empty=True,
     )
-    return reports, len(records) - len(kept)
+    return reports, late
 
 
 @pytest.mark.parametrize("key", [("src_ip",), ("proto", "dst_port"), ("src_ip", "dst_port")])
@@ -126,18 +163,48 @@ def test_count_based_equals_brute_force(key, weight, exact) -> None:
 @pytest.mark.parametrize(("N", "b", "k"), [("3s", "1s", 2), ("2s", "500ms", 1), ("1s", "1s", 3)])
 def test_time_based_equals_brute_force(late, N, b, k) -> None:
     table = make_table(1500, seed=7, late=late)
-    records = records_of(table, ("src_ip",), "bytes")
-    expected, n_late = brute_time(records, parse_duration(N), parse_duration(b), k)
+    rows = rows_of(table, ("src_ip",), "bytes")
+    n_keyed = sum(key is not None for _, key, _ in rows)
+    expected, n_late = brute_time(rows, parse_duration(N), parse_duration(b), k)
     assert (n_late > 0) == late
     for sizes in ([1500], [1, 99, 400]):
         q = OfflineTopK("src_ip", N=N, b=b, k=k, weight="bytes", time_based=True)
         assert list(q.run(batches(table, sizes))) == expected
-        assert q.late == n_late and q.records == len(records) - n_late
+        assert q.late == n_late and q.records == n_keyed - n_late
     # Windows holding no record occurred and were skipped: some report ends are more than a
     # sub-window apart, and no report is an empty window's.
     ends = [int(np.datetime64(r["end"].rstrip("Z"), "ns").astype(np.int64)) for r in expected]
     assert any(e1 - e0 > parse_duration(b) for e0, e1 in zip(ends, ends[1:], strict=False))
     assert not any(r["items"] == [] and r["delta"] == 0 for r in expected)
+
+
+@pytest.mark.parametrize("watermark", [0, "1ns", "300ms", "2s", "5s", "60s"])
+@pytest.mark.parametrize(("N", "b", "k"), [("4s", "1s", 3), ("2s", "500ms", 2)])
+def test_late_is_more_than_the_watermark_behind_the_newest_time(watermark, N, b, k) -> None:
+    """Faults issue, item 12: one meaning of late, offline as in the pipeline, whatever the batches.
+
+    Disorder up to 2 s and one 45 s backward jump (the traffic repeats): a record is late when
+    its timestamp is more than the watermark delay behind the newest one before it, and a
+    sub-window closes once a timestamp reaches its end plus the delay (brute force, record by
+    record). The former rule (late: a sub-window below the newest one) kept records up to a
+    sub-window behind with no delay, and took no delay at all.
+    """
+    table = make_table(1500, seed=23, late=True, jump_s=45)
+    rows = rows_of(table, ("src_ip",), "packets")
+    d = parse_delay(watermark)
+    n_keyed = sum(ts is not None and key is not None for ts, key, _ in rows)
+    for close_after in (None, B_NS):
+        expected, n_late = brute_time(
+            rows, parse_duration(N), parse_duration(b), k, exact=True, delay_ns=d, close_after_ns=close_after
+        )
+        for sizes in ([1500], [1, 99, 400], [7]):
+            q = OfflineTopK("src_ip", N=N, b=b, k=k, time_based=True, exact=True, watermark=watermark)
+            got = list(q.run(batches(table, sizes), close_after=close_after))
+            assert got == expected, (sizes, close_after)
+            assert (q.late, q.records, q.skipped) == (n_late, n_keyed - n_late, table.num_rows - n_keyed)
+    # The jump makes records late unless the delay covers it; disorder within the delay is kept.
+    assert (n_late > 100) == (d < 45 * B_NS) and (n_late == 0) == (d >= 45 * B_NS)
+    assert len(expected) > 20
 
 
 def test_parse_duration() -> None:
@@ -163,6 +230,12 @@ def test_parameter_errors() -> None:
         OfflineTopK("port", N=10, b=5, k=1)
     with pytest.raises(ValueError, match=r"^N: must be a multiple of b"):
         OfflineTopK("src_ip", N="10s", b="3s", k=1, time_based=True)
+    with pytest.raises(ValueError, match=r"^watermark: count-based windows have no event time"):
+        OfflineTopK("src_ip", N=10, b=5, k=1, watermark="1s")
+    with pytest.raises(ValueError, match=r"^watermark: '-1s' is not a duration >= 0"):
+        OfflineTopK("src_ip", N="10s", b="1s", k=1, time_based=True, watermark="-1s")
+    assert parse_delay("0s") == parse_delay(0) == parse_delay(timedelta(0)) == 0
+    assert parse_delay("1.5s") == parse_delay(timedelta(seconds=1.5)) == 1_500_000_000
 
 
 # -- the command -------------------------------------------------------------------------------------
@@ -224,7 +297,7 @@ def test_real_capture_count_based_cli(echo_table: pa.Table) -> None:
 
 def test_real_capture_time_based_bytes_tuple_key(echo_table: pa.Table) -> None:
     path = CAPTURES / "echo-connections.pcap.gz"
-    records = records_of(echo_table, ("src_ip", "dst_port"), "bytes")
+    records = rows_of(echo_table, ("src_ip", "dst_port"), "bytes")
     span = (records[-1][0] - records[0][0]) / B_NS
     b_ns = max(int(span / 40 * 1000), 1) * 1_000_000  # about 40 sub-windows, whole milliseconds
     expected, n_late = brute_time(records, 4 * b_ns, b_ns, 4)
@@ -240,7 +313,7 @@ def test_real_capture_time_based_bytes_tuple_key(echo_table: pa.Table) -> None:
     # By default the last sub-window closes too: it ends within [pipeline] traffic_window_s (1 s,
     # more than b) of the last record, so the pipeline closes it at the end of a demo replay.
     assert b_ns <= B_NS
-    closed, _ = brute_time(records, 4 * b_ns, b_ns, 4, close_last=True)
+    closed, _ = brute_time(records, 4 * b_ns, b_ns, 4, close_after_ns=B_NS)
     result = invoke(*args)
     lines = [line for line in result.output.splitlines() if line.startswith("{")]
     assert [json.loads(line) for line in lines] == closed and len(closed) == len(expected) + 1

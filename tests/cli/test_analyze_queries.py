@@ -37,6 +37,22 @@ def records() -> pa.Table:
     """
     rows = [(T0 * S + i * S + S // 5, NOISY, "198.51.100.1", 53) for i in range(100)]
     rows.insert(1, (T0 * S + S // 2, SCANNER, "198.51.100.9", 1000))
+    return _table(rows)
+
+
+def jumped_records() -> pa.Table:
+    """A backward jump in event time (faults issue, item 12): the traffic repeats 44.7 s earlier.
+
+    ``NOISY`` every second at x.2 s from 0.2 s to 59.2 s and once at 59.9 s; then the same from
+    15.2 s to 74.2 s again.
+    """
+    rows = [(T0 * S + i * S + S // 5, NOISY, "198.51.100.1", 53) for i in range(60)]
+    rows.append((T0 * S + 59 * S + 9 * S // 10, NOISY, "198.51.100.1", 53))
+    rows += [(T0 * S + (15 + i) * S + S // 5, NOISY, "198.51.100.1", 53) for i in range(60)]
+    return _table(rows)
+
+
+def _table(rows: list[tuple[int, str, str, int]]) -> pa.Table:
     n = len(rows)
     columns = {f.name: pa.nulls(n, f.type) for f in ARROW_SCHEMA}
     columns["ts"] = pa.array([r[0] for r in rows], ARROW_SCHEMA.field("ts").type)
@@ -51,9 +67,17 @@ def records() -> pa.Table:
 @pytest.fixture
 def capture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     """A capture file whose records are :func:`records`, through a patched ``ingest.read_records``."""
-    import ingest
+    return _patched(monkeypatch, tmp_path, records())
 
-    table = records()
+
+@pytest.fixture
+def jumped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """A capture file whose records are :func:`jumped_records`."""
+    return _patched(monkeypatch, tmp_path, jumped_records())
+
+
+def _patched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, table: pa.Table) -> str:
+    import ingest
 
     def read_records(path: object, columns: tuple[str, ...] | None = None, **kw: object):
         t = table.select(list(columns)) if columns else table
@@ -135,9 +159,13 @@ def test_topk_pipeline_query_equals_its_parameters(capture: str, config) -> None
     explicit = run(
         "topk", capture, "--key", q.key, "--weight", q.weight, "--window", f"{q.window_s}s",
         "--sub-window", f"{q.sub_window_s}s", "-k", str(q.k),
+        "--watermark", f"{load_config(None, env={}).pipeline.watermark_s}s",
     )  # fmt: skip
     named = run("topk", capture, "--query", "top-sources")
     assert named == explicit and len(named) > 50
+    # The pipeline's watermark delay (5 s) keeps the last sub-windows open, as for distinct.
+    kept = run("topk", capture, "--query", "top-sources", "--keep-open")
+    assert ends(kept)[-1] == _iso(T0 + 94) and named[: len(kept)] == kept
     # A full window holds one packet a second of NOISY: the window is 10 s.
     first = json.loads(named[0])
     assert first["end"] == _iso(T0 + 10) and {"key": NOISY, "count": 10} in first["items"]
@@ -229,6 +257,40 @@ def test_topk_duration_window_implies_time_based(capture: str) -> None:
     # Neither a number nor a duration: a usage error naming both forms.
     bad = invoke("topk", capture, "--key", "src_ip", "--window", "ten", "--sub-window", "1", "-k", "2")
     assert bad.exit_code == 2 and "a number of packets, or a duration" in bad.output
+
+
+# -- one meaning of late ---------------------------------------------------------------------------------
+
+
+def test_late_is_more_than_the_watermark_behind_the_newest_time(jumped: str) -> None:
+    # After 59.9 s the traffic goes back to 15.2 s. With the pipeline's 5 s delay (a configured
+    # query's default) the records before 54.9 s are late: 15.2 ... 54.2 s, 40 of them; with no
+    # delay (the default otherwise) those before 59.9 s: 45. The same for top-k and distinct.
+    topk = ("topk", jumped, "--key", "src_ip", "--window", "10s", "--sub-window", "1s", "-k", "2")
+    cases = [
+        (("topk", jumped, "--query", "top-sources"), 40),
+        ((*topk, "--watermark", "5s"), 40),
+        ((*topk, "--watermark", "5"), 40),  # a bare number: seconds, as for distinct
+        ((*topk, "--watermark", "0s"), 45),
+        (topk, 45),
+    ]
+    for args, late in cases:
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        assert f"netmon: {late} late records" in result.stderr, (args, result.stderr)
+    distinct = ("distinct", jumped, "--count", "src_ip", "--group-by", "dst_ip")
+    cases = [
+        (("distinct", jumped, "--query", "scan-ports-per-source"), 40),
+        ((*distinct, "--watermark", "5s"), 40),
+        ((*distinct, "--watermark", "0"), 45),
+        (distinct, 45),
+    ]
+    for args, late in cases:
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        assert f"{late} records were more than the watermark delay behind" in result.stderr, args
+    bad = invoke(*topk, "--watermark", "-1s")
+    assert bad.exit_code == 2 and "--watermark" in bad.output and "not a duration >= 0" in bad.output
 
 
 # -- the end of the file ---------------------------------------------------------------------------------

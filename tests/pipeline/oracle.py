@@ -10,10 +10,19 @@ from scapy.layers.inet6 import IPv6
 from scapy.utils import PcapReader
 
 
-def traffic_per_window(path: Path, window_ns: int = 1_000_000_000) -> dict[tuple[int, int], tuple[int, int]]:
-    """``{(window_start_ns, proto): (packets, bytes)}`` over every IP packet of a capture."""
+def traffic_per_window(
+    path: Path, window_ns: int = 1_000_000_000, *, watermark_ns: int | None = None
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """``{(window_start_ns, proto): (packets, bytes)}`` over every IP packet of a capture.
+
+    ``watermark_ns``: the pipeline's watermark delay (``[pipeline] watermark_s``), and its one
+    meaning of late (``docs/reliability.md``): a packet more than that behind the newest IP packet
+    before it, in file order (one Kafka partition), is late and not counted. ``None``: every
+    packet counts.
+    """
     packets: Counter[tuple[int, int]] = Counter()
     volume: Counter[tuple[int, int]] = Counter()
+    newest: int | None = None
     with PcapReader(str(path)) as reader:
         for pkt in reader:
             if IP in pkt:
@@ -29,6 +38,11 @@ def traffic_per_window(path: Path, window_ns: int = 1_000_000_000) -> dict[tuple
             else:
                 continue
             ts_ns = int(pkt.time * 1_000_000_000)
+            if watermark_ns is not None:
+                late = newest is not None and ts_ns < newest - watermark_ns
+                newest = ts_ns if newest is None else max(newest, ts_ns)
+                if late:
+                    continue
             key = (ts_ns // window_ns * window_ns, proto)
             packets[key] += 1
             volume[key] += int(pkt.wirelen or len(pkt))

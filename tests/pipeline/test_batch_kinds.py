@@ -184,12 +184,13 @@ def test_topk_equals_the_offline_command_whatever_the_cuts(
     got_rows = read_results(tmp_path / "results").to_pylist()
     table = pa.Table.from_pylist(rows, schema=SCHEMA).drop(["is_control"])
     for q in queries:
+        # The kind's watermark delay; event time ends 5 s past the last record, as the control row.
         offline = OfflineTopK(
-            q.key, N=round(window_s * 1e9), b=round(sub_s * 1e9), k=k, weight=q.weight, time_based=True
-        )
-        expected = list(
-            offline.run([table.cast(table.schema.set(0, pa.field("ts", pa.timestamp("ns", tz="UTC"))))])
-        )
+            q.key, N=round(window_s * 1e9), b=round(sub_s * 1e9), k=k, weight=q.weight, time_based=True,
+            watermark=5000 * 10**6,
+        )  # fmt: skip
+        ns_table = table.cast(table.schema.set(0, pa.field("ts", pa.timestamp("ns", tz="UTC"))))
+        expected = list(offline.run([ns_table], close_after=0))
         mine = [r for r in got_rows if r["query"] == q.name]
         assert _reports(mine) == expected, q.name
 

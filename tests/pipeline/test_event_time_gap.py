@@ -79,7 +79,8 @@ def test_a_capture_replayed_years_after_another_finishes_and_equals_offline(
 
     capture = pa.Table.from_batches(list(read_records(SAMPLE)))
     both = [_shifted(capture, START_2014), _shifted(capture, now_ns)]
-    # Top-k: the offline command's reports over both captures (it closes on the next record).
+    # Top-k: the offline reports over both captures, with the pipeline's watermark delay; event
+    # time ends watermark_s past the last record, as the second replay's control message.
     got = stream_reports(cfg)
     for q in TOPK_QUERIES:
         offline = OfflineTopK(
@@ -89,8 +90,9 @@ def test_a_capture_replayed_years_after_another_finishes_and_equals_offline(
             k=q.k,
             weight=q.weight,
             time_based=True,
+            watermark=round(cfg.pipeline.watermark_s * 1e9),
         )
-        expected = list(offline.run(both))
+        expected = list(offline.run(both, close_after=0))
         assert got[q.name] == expected, q.name
         # Reports on both sides of the gap, none inside it.
         years = Counter(r["end"][:4] for r in expected)

@@ -65,7 +65,7 @@ def _wait_for(pipeline: Pipeline, cfg: Config, packets: int, timeout_s: float = 
 
 def test_window_counts_equal_brute_force(spark, kafka_bootstrap, netmon_config, tmp_path) -> None:
     cfg = _config(netmon_config, tmp_path, "netmon.test.e2e")
-    expected = traffic_per_window(SAMPLE)
+    expected = traffic_per_window(SAMPLE, watermark_ns=round(cfg.pipeline.watermark_s * 1e9))
     acked = _replay(cfg, SAMPLE)
     assert acked == sum(p for p, _ in expected.values())
     pipeline = start_pipeline(spark, cfg)
@@ -115,7 +115,7 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     # Small messages and a small per-batch limit: the first run stops after a few batches.
     # One partition: tiny batches over two can run one partition ahead and make the other's records late.
     cfg = _config(netmon_config, tmp_path, "netmon.test.restart", partitions=1, max_offsets_per_trigger=8)
-    expected = traffic_per_window(SAMPLE)
+    expected = traffic_per_window(SAMPLE, watermark_ns=round(cfg.pipeline.watermark_s * 1e9))
     acked = _replay(cfg, SAMPLE, records_per_message=100)
     # A malformed message and a message of an unknown format: counted and skipped, not fatal.
     producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap)
@@ -209,7 +209,7 @@ def test_a_far_future_record_or_control_message_never_moves_the_watermark(
     pipeline.await_termination(600)
     assert pipeline.failed() is None, pipeline.failed()
     pipeline.stop()
-    assert _results(cfg) == traffic_per_window(SAMPLE)
+    assert _results(cfg) == traffic_per_window(SAMPLE, watermark_ns=round(cfg.pipeline.watermark_s * 1e9))
     stats = pipeline.stats["traffic"]
     assert (stats.future, stats.late_dropped) == (2, 0)
 

@@ -8,6 +8,7 @@ control rows and count the same malformed and future lines.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -82,9 +83,10 @@ def test_python_decode_equals_sparks_decode(spark) -> None:
         return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
 
     # The pyarrow decode over the same messages.
-    rows, totals = decode_messages(raw_messages(raw, max_future_s).toArrow())
+    rows, totals, _ = decode_messages(raw_messages(raw, max_future_s).toArrow())
 
     assert set(totals) == set(TOTALS)
+    assert totals.pop("late") == 0  # no watermark delay given: nothing is late
     assert totals == counts
     assert counts["malformed"] >= 10 and counts["future"] == 2 and counts["control"] == 1
     assert rows_of(rows) == rows_of(kept)
@@ -99,5 +101,77 @@ def test_decode_of_no_messages_is_empty() -> None:
             "horizon_ns": pa.array([], pa.int64()),
         }
     )
-    rows, totals = decode_messages(empty)
+    rows, totals, _ = decode_messages(empty)
     assert rows.num_rows == 0 and totals == dict.fromkeys(TOTALS, 0)
+
+
+def _messages_table(values: list[bytes], control: list[str | None] | None = None) -> pa.Table:
+    n = len(values)
+    return pa.table(
+        {
+            "value": pa.array(values, pa.binary()),
+            "known": pa.array([True] * n),
+            "control": pa.array(control or [None] * n, pa.string()),
+            "horizon_ns": pa.array([None] * n, pa.int64()),
+        }
+    )
+
+
+def _line(ts_ns: int, src: str = "10.0.0.1") -> bytes:
+    return f"{ts_ns},60,60,4,{src},10.0.0.2,17,46,64,1000,53,,,,,,,,eth0\n".encode()
+
+
+def test_late_is_more_than_the_delay_behind_the_newest_before_whatever_the_batches() -> None:
+    """Late: an event time more than the delay behind the newest one seen before it (ns)."""
+    rng = np.random.default_rng(7)
+    times = [int(t) for t in rng.integers(10_000, 11_000, 400)]
+    # A large backward jump, then the same times again, and a control message in the middle.
+    times = times + [t - 500 for t in times]
+    delay = 100
+    newest, expected = None, []
+    for t in times:
+        expected.append(newest is None or t >= newest - delay)
+        newest = t if newest is None else max(newest, t)
+    values = [b"".join(_line(t) for t in times[i : i + 37]) for i in range(0, len(times), 37)]
+    whole, totals, after = decode_messages(_messages_table(values), delay_ns=delay)
+    kept = [t // 1000 for t, keep in zip(times, expected, strict=True) if keep]
+    assert pc.cast(whole["ts"], pa.int64()).to_pylist() == kept
+    assert totals["late"] == expected.count(False) > 0 and totals["packets"] == len(times)
+    assert whole.num_rows == len(kept)
+    assert after == max(times)
+    # The same messages in batches cut anywhere: the newest event time carries over.
+    for cut in (1, 5, len(values) - 1):
+        first, t1, carry = decode_messages(_messages_table(values[:cut]), delay_ns=delay)
+        second, t2, end = decode_messages(_messages_table(values[cut:]), newest_ns=carry, delay_ns=delay)
+        both = pc.cast(pa.concat_tables([first, second])["ts"], pa.int64()).to_pylist()
+        assert both == kept and t1["late"] + t2["late"] == totals["late"] and end == after
+
+
+def test_a_control_message_moves_the_newest_event_time() -> None:
+    values = [_line(1_000), b"5000\n", _line(2_000), _line(4_950)]
+    rows, totals, after = decode_messages(
+        _messages_table(values, [None, "watermark", None, None]), delay_ns=100
+    )
+    assert totals["late"] == 1 and totals["control"] == 1 and after == 5_000
+    assert sorted(pc.cast(rows["ts"], pa.int64()).to_pylist()) == [1, 4, 5]
+
+
+def test_the_joins_pyarrow_staging_equals_sparks(spark) -> None:
+    """``pipeline.joins.build_staged_raw`` (pyarrow in the tasks) = ``build_staged`` (Spark's functions)."""
+    from netmon.config import JoinQuery
+    from pipeline.joins import build_staged, build_staged_raw
+
+    queries = (
+        JoinQuery(name="handshake"),
+        JoinQuery(name="udp-tcp", query="link", left="proto=udp", right="proto=tcp", key="src_ip"),
+    )
+    raw = _raw(spark, _messages())
+    native = decode_packets(raw, 10.0, max_future_s=86400.0)
+    columns = ["query", "is_left", "ts", "key", "src_ip", "dst_ip", "src_port", "dst_port", "iface", "bucket"]
+
+    def rows_of(df) -> list[tuple]:
+        return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
+
+    expected = rows_of(build_staged(native, queries, 16))
+    assert {r[0] for r in expected} == {"handshake", "udp-tcp"} and len(expected) > 100
+    assert rows_of(build_staged_raw(raw_messages(raw, 86400.0), queries, 16)) == expected

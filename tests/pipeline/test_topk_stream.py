@@ -1,11 +1,13 @@
 """Streaming top-k on the real broker and real Spark equals ``netmon analyze topk --time-based``.
 
-A sample is replayed into Kafka with a final watermark control message exactly ``watermark_s``
-past its last record: Spark's watermark then stops at the last record's time, so Spark closes
-exactly the sub-windows the offline command closes with ``--keep-open`` (all but the one holding
-the last record) and both must produce the same reports — every window end, delta, item and
-count. The restart test replays as ``netmon demo`` does (``watermark_s + traffic_window_s`` past
-the last record), which closes what the offline command's default ``--close-at-end`` closes.
+The offline side runs with the pipeline's watermark delay (``--watermark``: ``watermark_s``), so
+lateness and closing follow the same rule. A sample is replayed into Kafka with a final watermark
+control message exactly ``watermark_s`` past its last record: Spark's watermark then stops at the
+last record's time, so Spark closes exactly the sub-windows the offline query closes when event
+time ends ``watermark_s`` past the last record (``close_after=0``: all but the one holding the
+last record) and both must produce the same reports — every window end, delta, item and count.
+The restart test replays as ``netmon demo`` does (``watermark_s + traffic_window_s`` past the last
+record), which closes what the offline command's default ``--close-at-end`` closes.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from click.testing import CliRunner
 
 from analytics.topk import format_end
 from analytics.topk_merge import QueryParams
+from analytics.topk_offline import read_topk
 from cli.main import cli
 from ingest import read_records
 from ingest.replay import ReplayOptions, replay
-from netmon.config import Config, TopKQuery
+from netmon.config import Config, PipelineConfig, TopKQuery
 from netmon.kafka_admin import recreate_topic
 from netmon.results import read_results, results_dir
 from pipeline.job import Pipeline, start_pipeline
@@ -57,8 +60,9 @@ def _config(base: Config, data_dir: Path, topic: str, *, partitions: int = 2, **
 
 def _replay(cfg: Config, *, close_at_end: bool = False, **options: object) -> int:
     recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
-    # Watermark = the last record's time: Spark closes what `analyze topk --keep-open` closes;
-    # close_at_end: traffic_window_s later (netmon demo), what `analyze topk --close-at-end` closes.
+    # Watermark = the last record's time: Spark closes what the offline query closes when event
+    # time ends watermark_s past the last record (offline_reports); close_at_end: traffic_window_s
+    # later (netmon demo), what `analyze topk --watermark <watermark_s> --close-at-end` closes.
     close = cfg.pipeline.watermark_s + (cfg.pipeline.traffic_window_s if close_at_end else 0.0)
     opts = ReplayOptions(close_windows_s=close, **options)  # type: ignore[arg-type]
     summary = replay(
@@ -83,19 +87,33 @@ def _run_to_end(pipeline: Pipeline, timeout_s: float = 300) -> None:
 
 
 def offline_reports(
-    path: Path = SAMPLE, queries: tuple[TopKQuery, ...] = QUERIES, *, close_at_end: bool = False
+    path: Path = SAMPLE,
+    queries: tuple[TopKQuery, ...] = QUERIES,
+    *,
+    close_at_end: bool = False,
+    watermark_s: float = PipelineConfig().watermark_s,
 ) -> Reports:
-    """``netmon analyze topk FILE --time-based --keep-open|--close-at-end`` per query: its JSON lines."""
+    """The offline reports per query, with the pipeline's watermark delay ``watermark_s``.
+
+    ``close_at_end``: ``netmon analyze topk FILE --time-based --watermark <watermark_s>
+    --close-at-end`` (the replay ended as ``netmon demo`` ends it), its JSON lines. Otherwise the
+    replay's final message put event time exactly ``watermark_s`` past the last record, which no
+    option of the command spells (``--keep-open`` is a replay with no final message): the
+    function the command runs, ``read_topk``, with ``close_after=0``.
+    """
     out: Reports = {}
     for q in queries:
+        window, sub_window = f"{round(q.window_s * 1000)}ms", f"{round(q.sub_window_s * 1000)}ms"
+        if not close_at_end:
+            _, reports = read_topk(
+                path, key=q.key, N=window, b=sub_window, k=q.k, weight=q.weight, time_based=True,
+                watermark=f"{round(watermark_s * 1000)}ms", close_after=0,
+            )  # fmt: skip
+            out[q.name] = [json.loads(json.dumps(r)) for r in reports]
+            continue
         args = ["analyze", "topk", str(path), "--key", q.key, "--weight", q.weight, "-k", str(q.k)]
-        args += [
-            "--window",
-            f"{round(q.window_s * 1000)}ms",
-            "--sub-window",
-            f"{round(q.sub_window_s * 1000)}ms",
-        ]
-        args += ["--time-based", "--close-at-end" if close_at_end else "--keep-open"]
+        args += ["--window", window, "--sub-window", sub_window]
+        args += ["--time-based", "--watermark", f"{round(watermark_s * 1000)}ms", "--close-at-end"]
         result = CliRunner().invoke(cli, args, catch_exceptions=False, env={"NETMON_CONFIG": None})
         assert result.exit_code == 0, result.output
         out[q.name] = [json.loads(line) for line in result.stdout.splitlines()]
@@ -180,7 +198,7 @@ def test_processor_ranks_each_subwindow_and_resumes_from_its_state() -> None:
 @pytest.mark.kafka
 def test_stream_equals_offline_command(spark, kafka_bootstrap, netmon_config, tmp_path_factory) -> None:
     cfg = replayed_topk(spark, netmon_config, tmp_path_factory)
-    expected = offline_reports()
+    expected = offline_reports(watermark_s=cfg.pipeline.watermark_s)
     assert all(len(reports) > 20 for reports in expected.values())
     got = stream_reports(cfg)
     for q in QUERIES:
@@ -214,9 +232,9 @@ def test_restart_from_checkpoint_resumes_exactly(spark, kafka_bootstrap, netmon_
     finally:
         first.stop()
     partial = stream_reports(cfg)
-    expected = offline_reports(close_at_end=True)
+    expected = offline_reports(close_at_end=True, watermark_s=cfg.pipeline.watermark_s)
     assert sum(map(len, partial.values())) < sum(map(len, expected.values())), "stopped too late"
-    kept = offline_reports()
+    kept = offline_reports(watermark_s=cfg.pipeline.watermark_s)
     assert all(len(expected[q.name]) > len(kept[q.name]) for q in QUERIES), "nothing more closed"
 
     _run_to_end(start_pipeline(spark, cfg, available_now=True, kinds=("topk",)))
