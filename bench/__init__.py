@@ -1,4 +1,4 @@
-"""Benchmarks: the bodies of ``netmon bench ingest|topk|topk-offline|distinct|join``.
+"""Benchmarks: the bodies of ``netmon bench ingest|topk|topk-offline|distinct|join|pipeline``.
 
 Each module runs its contenders in one process against a baseline measured in the same run and
 returns the figures; the commands in ``cli/commands/bench_*.py`` only parse options and print.
@@ -8,4 +8,4 @@ Reproduce commands and results: ``docs/performance.md``. This floor stands above
 ``__all__`` lists the modules.
 """
 
-__all__ = ["calibrate", "distinct", "ingest", "join", "parse", "pipeline", "topk"]
+__all__ = ["calibrate", "distinct", "ingest", "join", "parse", "pipeline", "spark_baseline", "topk"]

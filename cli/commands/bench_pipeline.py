@@ -2,7 +2,8 @@
 
 The whole pipeline with every configured kind, through a temporary real broker: drain throughput
 per scenario, where a batch's time goes, and (``--rates``) lag, catch-up and latency at fixed
-replay rates.
+replay rates; beside the drain, the same questions as plain Spark queries (``--no-baseline`` skips
+them) and the ratio of the two rates.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option("--rates", callback=_rates, help="Replay rates to hold, packets/s, e.g. 50000,100000.")
 @click.option("--seconds", type=float, default=60.0, show_default=True, help="Length of each rate's replay.")
+@click.option(
+    "--no-baseline", is_flag=True, help="Skip the plain-Spark baseline drain (and the ratio to it)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 def command(
     scenarios: tuple[str, ...],
@@ -43,6 +47,7 @@ def command(
     duration_s: float,
     rates: tuple[int, ...],
     seconds: float,
+    no_baseline: bool,
     as_json: bool,
 ) -> None:
     """Throughput, batch-time shares, lag and latency of the whole pipeline (all default queries)."""
@@ -55,6 +60,7 @@ def command(
             duration_s=duration_s,
             rates=rates,
             seconds=seconds,
+            baseline=not no_baseline,
             say=lambda line: click.echo(line, err=True),
         )
     except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, Spark, replay)
