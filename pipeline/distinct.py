@@ -48,6 +48,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -57,7 +58,7 @@ from pyspark.sql import functions as F
 from analytics import distinct_queries
 from analytics.keys import parse_key
 from netmon.config import Config, DistinctQuery
-from pipeline.batch_sink import BatchOutput, commit_batch, write_batch
+from pipeline.batch_sink import BatchOutput, commit_batch, write_table
 from pipeline.partials import DistinctSpec, merge_partials, partial_counts
 
 __all__ = [
@@ -74,6 +75,8 @@ __all__ = [
     "key_text",
     "offline_query",
     "ranked",
+    "rank_segments",
+    "segment_counts",
     "sliding_unions",
     "spark_interval",
 ]
@@ -207,7 +210,7 @@ def batch_sketches(packets: DataFrame, c: Chain, lo: int) -> DataFrame:
     )
 
 
-def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
+def segment_counts(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
     """Stage 3 on a batch DataFrame: each group's window counts for window end indices ``lo < i <= hi``.
 
     ``sketches``: ``query, group, idx, sketch``, every sub-window sketch with ``idx > lo - k``
@@ -271,7 +274,7 @@ def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
     union = F.hll_union(F.coalesce("prefix", "suffix"), F.coalesce("suffix", "prefix"))
     start = F.greatest(F.col("pos"), F.lit(lo + 1))
     stop = F.least(F.coalesce(F.col("next"), (F.col("c") + 1) * k) - 1, F.lit(hi))
-    counted = segments.where(
+    return segments.where(
         (start <= stop) & (F.col("prefix").isNotNull() | F.col("suffix").isNotNull())
     ).select(
         "query",
@@ -281,7 +284,91 @@ def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
         # Settled union: the composite estimate of the registers, whatever the merge order was.
         F.hll_sketch_estimate(F.hll_union(union, union)).alias("distinct"),
     )
+
+
+def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
+    """Stage 3 on a batch DataFrame: each group's window counts for window end indices ``lo < i <= hi``.
+
+    :func:`segment_counts`, one row per window end: ``query, group, i, distinct``.
+    """
+    counted = segment_counts(sketches, k, lo, hi)
     return counted.select("query", "group", F.explode(F.sequence("start", "stop")).alias("i"), "distinct")
+
+
+def _find(nxt: dict[int, int], j: int) -> int:
+    """The first window end at or after ``j`` with room (path halving over the full ones)."""
+    while j in nxt:
+        after = nxt[j]
+        if after in nxt:
+            nxt[j] = nxt[after]
+        j = after
+    return j
+
+
+def _fill(starts: list[int], stops: list[int], top: int) -> tuple[list[int], list[int], list[int]]:
+    """Segments in rank order -> the (segment, window end, rank) they take; ``top <= 0``: all.
+
+    Sparse: window ends are only kept once a segment reaches them (a batch may span years of
+    event time, most of it without a window).
+    """
+    filled: dict[int, int] = {}
+    nxt: dict[int, int] = {}  # a full window end -> a later candidate
+    rows: list[int] = []
+    ends: list[int] = []
+    ranks: list[int] = []
+    for row, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+        j = _find(nxt, start)
+        while j <= stop:
+            rank = filled[j] = filled.get(j, 0) + 1
+            rows.append(row)
+            ends.append(j)
+            ranks.append(rank)
+            if 0 < top <= rank:
+                nxt[j] = j + 1
+            j = _find(nxt, j + 1)
+    return rows, ends, ranks
+
+
+def rank_segments(segments: pa.Table, tops: dict[str, int]) -> pa.Table:
+    """Stage 4 on the driver: ``query, i, group, distinct, rank`` from :func:`segment_counts` rows.
+
+    Per query and window end ``i``, the groups by distinct count descending, then group text
+    ascending, cut to the query's top (``<= 0``: all) — what :func:`ranked` computes, without a row
+    per (group, window end) first: a group's count is constant over its segment ``[start, stop]``,
+    so the segments are taken in rank order and each fills the window ends it covers that still
+    have room (a window end with ``top`` groups is skipped whole). Ties are broken as in :func:`ranked` (the sort is stable on the group).
+    """
+    out: list[pa.Table] = []
+    for query in pc.unique(segments["query"]).to_pylist() if segments.num_rows else []:
+        mine = segments.filter(pc.equal(segments["query"], query))
+        order = pc.sort_indices(mine, sort_keys=[("distinct", "descending"), ("group", "ascending")])
+        mine = mine.take(order)
+        starts = mine["start"].to_numpy()
+        stops = mine["stop"].to_numpy()
+        picked_rows, picked_ends, picked_ranks = _fill(starts.tolist(), stops.tolist(), tops.get(query, 0))
+        rows = mine.take(pa.array(picked_rows, pa.int64()))
+        out.append(
+            pa.table(
+                {
+                    "query": rows["query"],
+                    "i": pa.array(picked_ends, pa.int64()),
+                    "group": rows["group"],
+                    "distinct": rows["distinct"],
+                    "rank": pa.array(picked_ranks, pa.int32()),
+                }
+            )
+        )
+    if not out:
+        return pa.table(
+            {
+                "query": pa.array([], pa.string()),
+                "i": pa.array([], pa.int64()),
+                "group": pa.array([], pa.string()),
+                "distinct": pa.array([], pa.int64()),
+                "rank": pa.array([], pa.int32()),
+            }
+        )
+    return pa.concat_tables(out)
 
 
 def _union_of(column: str, frame: WindowSpec | None = None) -> Column:
@@ -462,7 +549,7 @@ class SlidingDistinct:
         tmp_marker.replace(self.store / f"batch-{batch_id:06d}.json")
         self.late_rows += late_rows
         stored = self._before | {batch_id: marker}
-        counts = []
+        segments = []
         for c in self.chains:
             lo, hi = lows[c.label], _last(c, watermark_ms)
             if hi <= lo:
@@ -476,15 +563,30 @@ class SlidingDistinct:
             if not paths:
                 continue
             chain_sketches = spark.read.schema(STORE_SCHEMA).parquet(*paths).where(F.col("chain") == c.label)
-            windows = sliding_unions(chain_sketches, c.k, lo, hi)
-            end = F.timestamp_micros((F.col("i") + 1) * F.lit(c.sub_window_us))
-            counts.append(windows.select("query", end.alias("window_end"), "group", "distinct"))
-        if counts:
-            out = counts[0]
-            for more in counts[1:]:
-                out = out.unionByName(more)
+            # One row per segment of window ends with the same count: a few per sketch, not one
+            # per (group, window end); stage 4 runs on them on the driver.
+            found = segment_counts(chain_sketches, c.k, lo, hi).toArrow()
+            sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
+            segments.append(found.append_column("sub_us", sub_us))
+        found_all = pa.concat_tables(segments) if segments else None
+        if found_all is not None and found_all.num_rows:
             queries = [q for c in self.chains for q in c.queries]
-            write_batch(ranked(out, queries) if self.rank else out, self.results, batch_id)
+            tops = {q.name: (q.top if self.rank else 0) for q in queries}
+            sub_of = {q.name: c.sub_window_us for c in self.chains for q in c.queries}
+            rows = rank_segments(found_all.drop_columns(["sub_us"]), tops)
+            ends_us = pc.multiply(
+                pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
+            )
+            table = pa.table(
+                {
+                    "query": rows["query"],
+                    "window_end": pc.cast(ends_us, pa.timestamp("us", tz="UTC")),
+                    "group": rows["group"],
+                    "distinct": pc.cast(rows["distinct"], pa.int64()),
+                    **({"rank": rows["rank"]} if self.rank else {}),
+                }
+            )
+            write_table(table, self.results, batch_id)
         else:
             commit_batch(self.results, batch_id, [])
         self._drop_unneeded(self._before, lows)
