@@ -336,7 +336,8 @@ def rank_segments(segments: pa.Table, tops: dict[str, int]) -> pa.Table:
     ascending, cut to the query's top (``<= 0``: all) — what :func:`ranked` computes, without a row
     per (group, window end) first: a group's count is constant over its segment ``[start, stop]``,
     so the segments are taken in rank order and each fills the window ends it covers that still
-    have room (a window end with ``top`` groups is skipped whole). Ties are broken as in :func:`ranked` (the sort is stable on the group).
+    have room (a window end with ``top`` groups is skipped whole). Ties are broken as in
+    :func:`ranked` (the sort is stable on the group).
     """
     out: list[pa.Table] = []
     for query in pc.unique(segments["query"]).to_pylist() if segments.num_rows else []:
