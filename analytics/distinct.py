@@ -25,7 +25,7 @@ from datasketches import hll_sketch, hll_union, tgt_hll_type
 
 from analytics._base import Base
 
-__all__ = ["ExactSlidingDistinct", "SubWindowDistinct"]
+__all__ = ["ExactSlidingDistinct", "SubWindowDistinct", "java_round"]
 
 #: The register width Spark writes: ``hll_sketch_agg`` and ``hll_union_agg`` both build
 #: ``TgtHllType.HLL_8`` sketches and emit ``toUpdatableByteArray()`` (Spark 3.5-4.x source).
@@ -57,7 +57,7 @@ def _sketch_update(sketch: hll_sketch, item: str) -> None:
     sketch.update(item)
 
 
-def _java_round(x: float) -> int:
+def java_round(x: float) -> int:
     """Java's ``Math.round``: what Spark's ``hll_sketch_estimate`` returns (a BIGINT)."""
     return math.floor(x + 0.5)
 
@@ -406,7 +406,7 @@ class SubWindowDistinct(Base):
             if self.exact:
                 got = len(self._exact_union(group))
             else:
-                got = _java_round(self._sketch_union(group).get_estimate())
+                got = java_round(self._sketch_union(group).get_estimate())
             self._answers[group] = got
         return got
 

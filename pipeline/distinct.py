@@ -52,10 +52,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from datasketches import hll_sketch, hll_union
 from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from analytics import distinct_queries
+from analytics.distinct import HLL_TYPE, java_round
 from analytics.keys import parse_key
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
@@ -563,10 +565,7 @@ class SlidingDistinct:
             ]
             if not paths:
                 continue
-            chain_sketches = spark.read.schema(STORE_SCHEMA).parquet(*paths).where(F.col("chain") == c.label)
-            # One row per segment of window ends with the same count: a few per sketch, not one
-            # per (group, window end); stage 4 runs on them on the driver.
-            found = segment_counts(chain_sketches, c.k, lo, hi).toArrow()
+            found = self._segments(spark, c, paths, lo, hi, batch_id)
             sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
             segments.append(found.append_column("sub_us", sub_us))
         found_all = pa.concat_tables(segments) if segments else None
@@ -602,6 +601,58 @@ class SlidingDistinct:
                 "late": late_rows,
             },
         )
+
+    def _segments(
+        self, spark: SparkSession, c: Chain, paths: list[str], lo: int, hi: int, batch_id: int
+    ) -> pa.Table:
+        """Stage 3 of one chain: ``query, group, start, stop, distinct`` for window ends ``lo < i <= hi``.
+
+        A group with one sketch in the sub-windows these windows hold (most groups of a scan or a
+        spoofed flood: a source seen in one second) has one segment, ``[idx, idx + k - 1]``, and
+        its count is that sketch's settled estimate, computed here; only groups with several
+        sketches go through Spark's running unions (:func:`segment_counts`).
+        """
+        stored = pa.concat_tables([pq.read_table(p, schema=_STORE_ARROW) for p in paths])
+        keep = pc.and_(
+            pc.equal(stored["chain"], c.label),
+            pc.and_(pc.greater(stored["idx"], lo - c.k), pc.less_equal(stored["idx"], hi)),
+        )
+        stored = stored.filter(keep)
+        sizes = stored.group_by(["query", "group"], use_threads=False).aggregate([([], "count_all")])
+        stored = stored.join(sizes, keys=["query", "group"], use_threads=False)
+        single = pc.equal(stored["count_all"], 1)
+        alone = stored.filter(single)
+        counts = []
+        for blob in alone["sketch"].to_pylist():
+            union = hll_union(c.lg_k)
+            union.update(hll_sketch.deserialize(blob))
+            union.update(union.get_result(HLL_TYPE))  # settled, as hll_union(sk, sk) in Spark
+            counts.append(java_round(union.get_estimate()))
+        idx = alone["idx"]
+        parts = [
+            pa.table(
+                {
+                    "query": alone["query"],
+                    "group": alone["group"],
+                    "start": pc.max_element_wise(idx, lo + 1),
+                    "stop": pc.min_element_wise(pc.add(idx, c.k - 1), hi),
+                    "distinct": pa.array(counts, pa.int64()),
+                }
+            )
+        ]
+        several = stored.filter(pc.invert(single)).select(list(STORE_COLUMNS))
+        if several.num_rows:
+            staged = self.store / f"stage3-{batch_id:06d}"
+            shutil.rmtree(staged, ignore_errors=True)
+            staged.mkdir(parents=True)
+            pq.write_table(several, staged / "part-0.parquet")
+            try:
+                sketches = spark.read.schema(STORE_SCHEMA).parquet(str(staged))
+                parts.append(segment_counts(sketches, c.k, lo, hi).toArrow().cast(parts[0].schema))
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
+        found = pa.concat_tables(parts)
+        return found.filter(pc.less_equal(found["start"], found["stop"]))
 
     def _drop_unneeded(self, before: dict[int, dict], lows: dict[str, int]) -> None:
         """Delete store batches older than the previous one whose sketches no window can still hold.

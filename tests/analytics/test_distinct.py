@@ -12,7 +12,7 @@ from datasketches import hll_sketch, tgt_hll_type
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct, _java_round
+from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct, java_round
 
 # -- independent references -----------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ def test_empty_items_are_ignored_in_both_modes_and_by_the_oracle():
 
 def test_java_round_is_half_up():
     # Java Math.round: floor(x + 0.5): 2.5 -> 3, -2.5 -> -2, 0.49999 -> 0 (unlike Python's round).
-    assert [_java_round(x) for x in (2.5, -2.5, 0.49999, 3.5, 1e6 + 0.5)] == [3, -2, 0, 4, 1_000_001]
+    assert [java_round(x) for x in (2.5, -2.5, 0.49999, 3.5, 1e6 + 0.5)] == [3, -2, 0, 4, 1_000_001]
 
 
 # -- exact mode and the oracle against brute force ---------------------------------------------------
@@ -377,7 +377,7 @@ def test_synopsis_accepts_other_register_widths_and_returns_spark_format():
     for i in range(3000):
         sk4.update(str(i))
     sw = SubWindowDistinct(2, 1).update_synopsis(sk4.serialize_compact(), "g").slide()
-    assert sw.estimate() == {"g": _java_round(_settled(12, sk4).get_estimate())}
+    assert sw.estimate() == {"g": java_round(_settled(12, sk4).get_estimate())}
     out = hll_sketch.deserialize(sw.synopsis("g", age=1))
     assert out.tgt_type == tgt_hll_type.HLL_8 and not out.is_compact()  # Spark's updatable HLL_8
     assert hll_sketch.deserialize(sw.synopsis("nobody", age=1)).is_empty()
@@ -494,7 +494,7 @@ def test_settled_unions_answer_the_same_in_any_order():
         for sk in sketches:
             sw.update_synopsis(sk.serialize_updatable(), "g").slide()
         answers.add(float(sw.estimate()["g"]))
-    assert len({_java_round(a) for a in answers}) == 1
+    assert len({java_round(a) for a in answers}) == 1
 
 
 @pytest.mark.parametrize("lg_k", [4, 8, 12])
@@ -510,5 +510,5 @@ def test_a_group_in_one_sub_window_answers_as_a_union_of_one(lg_k):
     est, bnd = sw.estimate(), sw.bounds(2)
     for g in sizes:
         u = _settled(lg_k, hll_sketch.deserialize(sw.synopsis(g, age=1)))
-        assert est[g] == _java_round(u.get_estimate())
+        assert est[g] == java_round(u.get_estimate())
         assert bnd[g] == (u.get_lower_bound(2), u.get_upper_bound(2))

@@ -13,7 +13,7 @@ import random
 import pytest
 from datasketches import hll_sketch, hll_union
 
-from analytics.distinct import HLL_TYPE, _java_round
+from analytics.distinct import HLL_TYPE, java_round
 from pipeline.distinct import sliding_unions
 
 pytestmark = pytest.mark.spark
@@ -60,7 +60,7 @@ def _expected(rows: list[tuple[str, str, int, bytes]], k: int, lo: int, hi: int)
                 for sk in held:
                     u.update(hll_sketch.deserialize(sk))
                 u.update(u.get_result(HLL_TYPE))  # settled, as both engines read it
-                out[(query, group, i)] = _java_round(u.get_estimate())
+                out[(query, group, i)] = java_round(u.get_estimate())
     return out
 
 
