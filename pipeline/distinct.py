@@ -450,6 +450,8 @@ class SlidingDistinct:
         self.rank = rank
         #: late rows skipped by this process's batches
         self.late_rows = 0
+        #: seconds (and sketch rows) of stage 3's parts over this process's batches
+        self.timings: dict[str, float] = {}
         # Set by prepare(), before each batch.
         self._spark: SparkSession | None = None
         self._before: dict[int, dict] = {}
@@ -573,7 +575,10 @@ class SlidingDistinct:
             queries = [q for c in self.chains for q in c.queries]
             tops = {q.name: (q.top if self.rank else 0) for q in queries}
             sub_of = {q.name: c.sub_window_us for c in self.chains for q in c.queries}
+            ranking = time.perf_counter()
             rows = rank_segments(found_all.drop_columns(["sub_us"]), tops)
+            self.timings["rank_s"] = self.timings.get("rank_s", 0.0) + time.perf_counter() - ranking
+            self.timings["segments"] = self.timings.get("segments", 0) + found_all.num_rows
             ends_us = pc.multiply(
                 pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
             )
@@ -594,6 +599,7 @@ class SlidingDistinct:
             "distinct batch",
             extra={
                 "batch": batch_id,
+                **{k: round(v, 3) for k, v in self.timings.items()},
                 "store_write_s": round(stored_s, 3),
                 "windows_s": round(time.perf_counter() - sketched, 3),
                 "store_batches": len(stored),
@@ -612,6 +618,7 @@ class SlidingDistinct:
         its count is that sketch's settled estimate, computed here; only groups with several
         sketches go through Spark's running unions (:func:`segment_counts`).
         """
+        started = time.perf_counter()
         stored = pa.concat_tables([pq.read_table(p, schema=_STORE_ARROW) for p in paths])
         keep = pc.and_(
             pc.equal(stored["chain"], c.label),
@@ -640,6 +647,8 @@ class SlidingDistinct:
                 }
             )
         ]
+        self.timings["singles_s"] = self.timings.get("singles_s", 0.0) + time.perf_counter() - started
+        started = time.perf_counter()
         several = stored.filter(pc.invert(single)).select(list(STORE_COLUMNS))
         if several.num_rows:
             staged = self.store / f"stage3-{batch_id:06d}"
@@ -651,6 +660,9 @@ class SlidingDistinct:
                 parts.append(segment_counts(sketches, c.k, lo, hi).toArrow().cast(parts[0].schema))
             finally:
                 shutil.rmtree(staged, ignore_errors=True)
+        self.timings["unions_s"] = self.timings.get("unions_s", 0.0) + time.perf_counter() - started
+        self.timings["singles"] = self.timings.get("singles", 0) + alone.num_rows
+        self.timings["several"] = self.timings.get("several", 0) + several.num_rows
         found = pa.concat_tables(parts)
         return found.filter(pc.less_equal(found["start"], found["stop"]))
 
