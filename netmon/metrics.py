@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from netmon.config import Config
-from netmon.results import checkpoint_dir, status_file
+from netmon.results import SHARED_QUERY, checkpoint_dir, status_file
 from netmon.supervisor import read_state
 from netmon.supervisor import state_file as supervisor_state_file
 
@@ -52,8 +52,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: the shared query's checkpoint (``pipeline.job.SHARED_QUERY``): the packets topic's read
-SHARED_QUERY = "packets"
 #: buckets of ``netmon_pipeline_batch_duration_seconds``
 BATCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 #: counters of the pipeline's status file, per kind: status key -> (metric name, help)

@@ -23,6 +23,8 @@ from netmon.config import Config
 
 __all__ = [
     "COMMITS",
+    "PIPELINE_LOCK",
+    "SHARED_QUERY",
     "checkpoint_dir",
     "committed_files",
     "is_sink",
@@ -35,6 +37,11 @@ __all__ = [
 
 #: ``pipeline.batch_sink``'s commit log, beside the files of a kind written per micro-batch
 COMMITS = "_commits"
+#: the lock a running pipeline holds on its data directory (``<data>/pipeline.lock``)
+PIPELINE_LOCK = "pipeline.lock"
+#: the pipeline's shared streaming query (one Kafka read for the batch kinds); its checkpoint is
+#: ``checkpoint_dir(cfg, SHARED_QUERY)``
+SHARED_QUERY = "packets"
 
 
 def results_dir(cfg: Config, kind: str) -> Path:

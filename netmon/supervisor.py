@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from netmon.config import Config
+from netmon.results import PIPELINE_LOCK
 
 __all__ = [
     "Backoff",
@@ -52,8 +53,6 @@ log = logging.getLogger(__name__)
 
 #: states of a service in the state file
 RUNNING, WAITING, DONE, STOPPED, REUSED = "running", "waiting", "done", "stopped", "reused"
-#: the data directory's pipeline lock (``pipeline.job.LOCK_FILE``; held by a running pipeline)
-PIPELINE_LOCK = "pipeline.lock"
 
 
 def state_file(cfg: Config) -> Path:

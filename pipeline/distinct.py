@@ -1,24 +1,29 @@
 """Sliding-window distinct counts in Spark: one HLL sketch per (sub-window, group), unioned per slide.
 
-This is Golab's basic interval synopsis (thesis §2.3.4) in native Spark functions, the streaming
-side of ``analytics.distinct.SubWindowDistinct`` (conventions: ``docs/distinct.md``). The
-streaming query only decodes Kafka; ``SlidingDistinct`` runs the stages on each micro-batch
-(``foreachBatch``), all with Spark's own functions:
+This is Golab's basic interval synopsis (thesis §2.3.4), the streaming side of
+``analytics.distinct.SubWindowDistinct`` (conventions: ``docs/distinct.md``). ``SlidingDistinct``
+runs the stages on each micro-batch of the shared query (``pipeline.job``):
 
-1. ``items``: per packet and configured query, the group text and the counted key text
-   (``concat(col1, ",", col2, ...)`` of the fields cast to string, as ``analytics.keys.key_text``);
-   rows with a null or empty key count nothing, as offline.
-2. ``sketches`` (:func:`batch_sketches`): ``hll_sketch_agg(item, lg_k)`` per sub-window
-   ``idx = ts div b``, query and group: each packet is touched once, in its own sub-window. The
-   sketches go to a store beside the checkpoint; a sub-window spanning micro-batches gets one
+1. ``items`` and 2. ``sketches``, in the shared pass over the raw batch
+   (``pipeline.partials``, :class:`pipeline.partials.DistinctSpec`): per packet and query the
+   group text and the counted key text (``analytics.keys.key_text``; rows with a null or empty key
+   count nothing, as offline), and per sub-window ``idx = ts div b``, query and group one
+   DataSketches ``HLL_8`` sketch of the items, built with pyarrow and the Python DataSketches
+   library in the tasks — the bytes Spark's ``hll_sketch_agg(item, lg_k)`` gives for the same
+   items (:func:`batch_sketches` is that Spark form, kept as the tests' reference). The sketches
+   go to a store beside the checkpoint; a sub-window spanning tasks or micro-batches gets one
    partial sketch from each.
-3. ``windows`` (:func:`sliding_unions`): the batch moves the watermark to its largest event time
-   − the delay, and each window it closes is the ``hll_union_agg`` of its group's last N/b
-   sub-window sketches, computed as the union of at most two running unions, and read *settled*:
+3. ``windows`` (:func:`segment_counts`): the batch moves the watermark to its largest event time
+   − the delay, and each window it closes is the union of its group's last N/b sub-window
+   sketches, computed as the union of at most two running unions, and read *settled*:
    ``hll_sketch_estimate(hll_union(sketch, sketch))``, whose estimate depends on the registers
-   only, not on the order Spark merged the sketches in.
-4. ``ranked``: per slide and query, the groups ordered by distinct count descending, then group
-   text ascending, cut to the query's ``top`` (``top <= 0``: all).
+   only. A group's count is the same over a *segment* of window ends (until one of its sketches
+   enters or leaves): one row per segment. A group with a single sketch gets its segment on the
+   driver (Python DataSketches, settled the same way); the others go through Spark's window
+   functions.
+4. ``ranked`` (:func:`rank_segments`, on the driver): per slide and query, the groups ordered by
+   distinct count descending, then group text ascending, cut to the query's ``top`` (``top <= 0``:
+   all), taken from the segments in rank order without a row per (group, window end).
 
 Why not Spark's streaming aggregations (the first version: ``window(ts, b)`` sketches, then
 ``hll_union_agg`` over ``window(window_time(sub_window), N, b)``): that copies every sub-window
@@ -33,7 +38,7 @@ The sub-window sketches stay in a small store beside the checkpoint (``<checkpoi
 one directory per batch, dropped once no open window needs it) and results are committed per
 batch (``pipeline.batch_sink``): a batch that Spark runs again after a crash rewrites the same
 rows, so a restart from the checkpoint neither loses nor repeats one. Queries that share (N, b,
-lg_k) share one chain (one stage-1 aggregation); each other combination adds a chain.
+lg_k) share one chain (one set of running unions); each other combination adds a chain.
 """
 
 from __future__ import annotations
@@ -65,7 +70,6 @@ from pipeline.partials import DistinctSpec, merge_partials, partial_counts
 
 __all__ = [
     "COLUMNS",
-    "HASH_GROUPS",
     "STORE_SCHEMA",
     "Chain",
     "SlidingDistinct",
@@ -395,10 +399,6 @@ def ranked(counts: DataFrame, queries: Sequence[DistinctQuery]) -> DataFrame:
 
 
 log = logging.getLogger(__name__)
-
-#: Groups (sub-window, group) a task keeps in its hash map before Spark falls back to sorting.
-#: Each holds its sketch: a short coupon list in coupon mode, 4 KiB in HLL mode (not measured).
-HASH_GROUPS = 200_000
 
 STORE_SCHEMA = "chain string, query string, group string, idx long, sketch binary"
 STORE_COLUMNS = tuple(field.split()[0] for field in STORE_SCHEMA.split(", "))

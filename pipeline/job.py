@@ -49,7 +49,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from netmon.config import RESULT_KINDS, Config
-from netmon.results import checkpoint_dir, results_dir, status_file
+from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_dir, status_file
 from pipeline import distinct, joins, topk, traffic
 from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
@@ -120,8 +120,6 @@ KINDS: dict[str, ResultKind] = {
 }
 assert tuple(KINDS) == RESULT_KINDS, "pipeline.job.KINDS and netmon.config.RESULT_KINDS name the same kinds"
 
-#: The query name of the shared Kafka read.
-SHARED_QUERY = "packets"
 
 #: How long :meth:`Pipeline.stop` lets a running batch function finish before it cancels it.
 STOP_GRACE_S = 30.0
@@ -133,7 +131,7 @@ MAX_OUTAGE_RESTARTS = 3
 BROKER_CHECK_S = 2.0
 
 #: The lock a running pipeline holds on its data directory (``<data>/pipeline.lock``).
-LOCK_FILE = "pipeline.lock"
+LOCK_FILE = PIPELINE_LOCK
 
 #: The Spark property naming the job group of a stream thread's jobs (the query's run id).
 _JOB_GROUP = "spark.jobGroup.id"
