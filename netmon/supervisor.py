@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from netmon.config import Config
-from netmon.results import PIPELINE_LOCK
+from netmon.results import PIPELINE_LOCK, status_file
 
 __all__ = [
     "Backoff",
@@ -456,7 +456,10 @@ def monitor_services(
         else:
             services.append(Service("dashboard", netmon_argv(cfg, "dashboard")))
     for iface in ifaces:
-        argv = netmon_argv(cfg, "capture", "--iface", iface, "--quiet", *capture_args)
+        status = status_file(cfg).with_name(f"capture-{iface}.json")
+        argv = netmon_argv(
+            cfg, "capture", "--iface", iface, "--quiet", "--status-file", str(status), *capture_args
+        )
         services.append(Service(f"capture-{iface}", argv))
     if replay is not None:
         if run_id is None:

@@ -6,7 +6,11 @@ root/CAP_NET_RAW, unknown interface, bad BPF or filter); 130 interrupted (after 
 
 from __future__ import annotations
 
-from typing import NoReturn
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 
@@ -38,6 +42,12 @@ from netmon.kafka_security import client_options
     "--timeout", "timeout_s", type=float, default=10.0, show_default=True, help="Broker answer bound, s."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No status line and no summary text.")
+@click.option(
+    "--status-file",
+    type=click.Path(dir_okay=False),
+    help="Keep the running summary in this JSON file, about once a second, instead of the status "
+    "line (netmon up, /metrics).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @pass_config
 def command(
@@ -53,6 +63,7 @@ def command(
     list_ifaces: bool,
     timeout_s: float,
     quiet: bool,
+    status_file: str | None,
     as_json: bool,
 ) -> None:
     """Capture packet headers live (Scapy raw socket, no dissection) and produce them to Kafka."""
@@ -83,7 +94,7 @@ def command(
             topic=topic or cfg.kafka.packets_topic,
             options=options,
             partitions=cfg.kafka.partitions,
-            status=not quiet,
+            status=_status_writer(status_file) if status_file else not quiet,
             timeout_s=timeout_s,
             security=client_options(cfg.kafka),
         )
@@ -91,7 +102,32 @@ def command(
         _fail(str(exc), 2)
     except BrokerUnavailable as exc:
         _fail(str(exc), 1)
+    if status_file:
+        _status_writer(status_file, every_s=0.0)(summary)  # the final summary
     finish("capture", summary, as_json=as_json, quiet=quiet)
+
+
+def _status_writer(path: str, *, every_s: float = 1.0) -> Callable[[Any], None]:
+    """A ``status`` callable for :func:`ingest.capture.capture` that keeps ``path`` current.
+
+    Written whole (temp file, then rename) at most once every ``every_s``, so a reader
+    (``netmon.metrics``) never sees half a file.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    last = -float("inf")
+
+    def write(summary: Any) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < every_s:
+            return
+        last = now
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(json.dumps(summary.to_dict()))
+        tmp.replace(target)
+
+    return write
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -353,6 +353,7 @@ def test_cli_capture_with_bpf(kafka_bootstrap: str, tmp_path: Path) -> None:
     with FilteredTraffic() as traffic:
         args = ["capture", "--iface", "lo", "--bpf", traffic.bpf, "--count", "5", "--duration", "60"]
         args += ["--write-pcap", str(pcap), "--bootstrap", kafka_bootstrap, "--topic", topic, "-q", "--json"]
+        args += ["--status-file", str(tmp_path / "status" / "capture-lo.json")]
         proc = subprocess.Popen(
             [str(NETMON), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -372,6 +373,8 @@ def test_cli_capture_with_bpf(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert (summary["packets"], summary["decoded"], summary["filtered_out"]) == (5, 5, 0)
+    # The status file (netmon up, /metrics) ends with the final summary.
+    assert json.loads((tmp_path / "status" / "capture-lo.json").read_text()) == summary
     assert summary["produced"] == summary["acknowledged"] == 5 and summary["skipped"] == {}
     records = sorted(records_of(consume_all(kafka_bootstrap, topic)).to_pylist(), key=lambda r: r["ts"])
     # Five datagrams to P from consecutive rounds (none missed once capturing), nothing else.
