@@ -211,7 +211,8 @@ def test_monitor_services_order_reuse_and_replay_resume(tmp_path: Path) -> None:
     cfg = load_config(None, env=env).replace(dashboard={"port": free_port()})
     services, reused = monitor_services(cfg, ifaces=("eth0", "eth1"), capture_args=("--bpf", "udp"))
     assert [s.name for s in services] == ["pipeline", "alerts", "dashboard", "capture-eth0", "capture-eth1"]
-    assert services[3].argv[-5:] == ("--iface", "eth0", "--quiet", "--bpf", "udp")
+    status = str(tmp_path / "data" / "status" / "capture-eth0.json")
+    assert services[3].argv[-7:] == ("--iface", "eth0", "--quiet", "--status-file", status, "--bpf", "udp")
     assert reused == {}
     # a running pipeline (holding the data directory's lock) and a dashboard on its port are reused
     (tmp_path / "data").mkdir()
