@@ -8,6 +8,7 @@ over records; ``results`` the results format (result directories and topics, com
 Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
 helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets;
 ``supervisor`` the child processes of ``netmon up`` (restarts with backoff, ordered stop);
+``pidlock`` the one-holder file locks (pipeline, ``netmon up``);
 ``metrics`` the Prometheus ``/metrics`` endpoint over the services' status files.
 
 Every other package (``ingest``, ``analytics``, ``pipeline``, ``alerts``, ``dashboard``, ``bench``)
@@ -26,6 +27,7 @@ __all__ = [
     "kafka_security",
     "logs",
     "metrics",
+    "pidlock",
     "records",
     "results",
     "supervisor",

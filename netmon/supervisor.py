@@ -19,7 +19,6 @@ time, restarts and state; ``netmon status`` and ``/metrics`` read it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from netmon import pidlock
 from netmon.config import Config
 from netmon.results import PIPELINE_LOCK, status_file
 
@@ -70,17 +70,7 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 def _lock_holder(lock: Path) -> int | None:
     """The pid written in ``lock`` while a process holds it locked (0: unreadable), else None."""
-    if not lock.exists():
-        return None
-    with lock.open("a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    return None
+    return pidlock.holder(lock)
 
 
 def running_supervisor(path: Path) -> int | None:
@@ -360,28 +350,17 @@ class Supervisor:
 
     def _take_lock(self) -> None:
         path = self.state_path.with_name("up.lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+")  # noqa: SIM115 - held until stop()
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
-            handle.close()
+            self._lock = pidlock.take(path)
+        except pidlock.LockHeld as held:
             raise SupervisorRunning(
-                f"netmon up is already running (pid {holder}) for {path.parent.parent}; see `netmon status`"
+                f"netmon up is already running (pid {held.holder}) for {path.parent.parent}; "
+                "see `netmon status`"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._lock = handle
 
     def _release_lock(self) -> None:
         if self._lock is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
-            self._lock.close()
+            pidlock.release(self._lock)
             self._lock = None
 
 

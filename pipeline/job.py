@@ -31,10 +31,8 @@ Operations (docs/reliability.md, section 2):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -48,6 +46,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from netmon import pidlock
 from netmon.config import RESULT_KINDS, Config
 from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_dir, status_file
 from pipeline import distinct, joins, topk, traffic
@@ -791,29 +790,16 @@ class PipelineRunning(RuntimeError):
 def _lock(cfg: Config) -> IO[str]:
     """Take the data directory's lock (``<data>/pipeline.lock``, holding the holder's pid)."""
     data = Path(cfg.paths.data_dir)
-    data.mkdir(parents=True, exist_ok=True)
-    path = data / LOCK_FILE
-    handle = open(path, "a+")  # noqa: SIM115 - held open until the pipeline stops
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "?"
-        handle.close()
+        return pidlock.take(data / LOCK_FILE)
+    except pidlock.LockHeld as held:
         raise PipelineRunning(
-            f"a pipeline is running on the data directory {data} (pid {holder}); stop it first"
+            f"a pipeline is running on the data directory {data} (pid {held.holder}); stop it first"
         ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
 
 
 def _release(lock: IO[str]) -> None:
-    with contextlib.suppress(OSError):
-        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    lock.close()
+    pidlock.release(lock)
 
 
 #: Every kind a reset of ``all`` means (``all`` also resets the shared query).
