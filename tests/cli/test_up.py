@@ -202,6 +202,8 @@ def test_up_on_lo_restarts_a_killed_pipeline_without_loss_or_duplicates(
         while time.monotonic() < deadline and not (
             samples[("netmon_pipeline_packets_total", (("query", "traffic"),))] >= after
             and samples.get(("netmon_pipeline_lag_records", ())) == 0
+            # the histogram samples the status file once a second: wait for its first batch
+            and samples.get(("netmon_pipeline_batch_duration_seconds_count", ()), 0) >= 1
         ):
             time.sleep(1)
             samples = _scrape(url)
