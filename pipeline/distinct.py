@@ -13,14 +13,14 @@ runs the stages on each micro-batch of the shared query (``pipeline.job``):
    items (:func:`batch_sketches` is that Spark form, kept as the tests' reference). The sketches
    go to a store beside the checkpoint; a sub-window spanning tasks or micro-batches gets one
    partial sketch from each.
-3. ``windows`` (:func:`segment_counts`): the batch moves the watermark to its largest event time
-   − the delay, and each window it closes is the union of its group's last N/b sub-window
-   sketches, computed as the union of at most two running unions, and read *settled*:
-   ``hll_sketch_estimate(hll_union(sketch, sketch))``, whose estimate depends on the registers
-   only. A group's count is the same over a *segment* of window ends (until one of its sketches
-   enters or leaves): one row per segment. A group with a single sketch gets its segment on the
-   driver (Python DataSketches, settled the same way); the others go through Spark's window
-   functions.
+3. ``windows`` (:meth:`SlidingDistinct._segments`, on the driver): the batch moves the watermark
+   to its largest event time − the delay, and each window it closes is the union of its group's
+   last N/b sub-window sketches, read *settled* (``hll_sketch_estimate(hll_union(sketch,
+   sketch))``, whose estimate depends on the registers only). A group's count is the same over a
+   *segment* of window ends (until one of its sketches enters or leaves): one row per segment.
+   :func:`analytics.sketch_windows.window_segments` computes them: groups whose windows stay in
+   DataSketches' coupon mode are counted from their coupons, vectorized (most groups of real
+   traffic: a few items per window); the others with two running unions per window.
 4. ``ranked`` (:func:`rank_segments`, on the driver): per slide and query, the groups ordered by
    distinct count descending, then group text ascending, cut to the query's ``top`` (``top <= 0``:
    all), taken from the segments in rank order without a row per (group, window end).
@@ -30,15 +30,16 @@ Why not Spark's streaming aggregations (the first version: ``window(ts, b)`` ske
 sketch into the N/b windows holding it, N/b union updates per (sub-window, group), and puts every
 sketch and union buffer through the state store; it measured 1.8–2.3× Spark's own sliding
 ``approx_count_distinct`` on the attack queries, short of the issue's 5× (``docs/performance.md``).
-The running unions cost about two unions per sketch, whatever N/b is, and the store holds only
-the sketches an open window can still hold. Departure from the thesis, which probes the N/b
-synopses per window: the same synopses, united in another grouping, give the same registers.
+Counting coupons costs one sort of the window's coupons, and the running unions about two
+unions per sketch, whatever N/b is; the store holds only the sketches an open window can still
+hold. Departure from the thesis, which probes the N/b synopses per window: the same synopses,
+counted as coupon sets or united in another grouping, give the same estimates.
 
 The sub-window sketches stay in a small store beside the checkpoint (``<checkpoint>/sketches``,
 one directory per batch, dropped once no open window needs it) and results are committed per
 batch (``pipeline.batch_sink``): a batch that Spark runs again after a crash rewrites the same
 rows, so a restart from the checkpoint neither loses nor repeats one. Queries that share (N, b,
-lg_k) share one chain (one set of running unions); each other combination adds a chain.
+lg_k) share one chain (one pass of stage 3); each other combination adds a chain.
 """
 
 from __future__ import annotations
@@ -57,13 +58,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from datasketches import hll_sketch, hll_union
-from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from analytics import distinct_queries
-from analytics.distinct import HLL_TYPE, java_round
 from analytics.keys import parse_key
+from analytics.sketch_windows import window_segments
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
 from pipeline.partials import DistinctSpec, merge_partials, partial_counts
@@ -82,8 +82,6 @@ __all__ = [
     "offline_query",
     "ranked",
     "rank_segments",
-    "segment_counts",
-    "sliding_unions",
     "spark_interval",
 ]
 
@@ -216,91 +214,6 @@ def batch_sketches(packets: DataFrame, c: Chain, lo: int) -> DataFrame:
     )
 
 
-def segment_counts(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
-    """Stage 3 on a batch DataFrame: each group's window counts for window end indices ``lo < i <= hi``.
-
-    ``sketches``: ``query, group, idx, sketch``, every sub-window sketch with ``idx > lo - k``
-    (older ones are ignored; several partial sketches of one sub-window are united). Returns
-    ``query, group, i, distinct``: window ``i`` holds sub-windows ``i - k + 1 .. i``; ``distinct``
-    is the settled estimate of their union, a row for each window that holds one of the group's
-    sketches.
-
-    Each window is the union of at most two *running* unions over aligned chunks of ``k``
-    sub-windows (``c = idx div k``): the prefix union of chunk ``c`` up to ``i``, and the suffix
-    union of chunk ``c - 1`` from ``i - k + 1`` on (the two-stacks idea of sliding-window
-    aggregation; Tangwongsan, Hirzel and Schneider, "Sliding-Window Aggregation Algorithms",
-    Encyclopedia of Big Data Technologies, 2019). Within chunk ``c``, a group's two parts change
-    only where one of its sketches enters (``i = idx``) or leaves (``i = idx + k``): between two
-    such change points the window's union, hence its count, is the same, so it is computed once
-    per change point and repeated for the window ends up to the next. Spark computes both parts
-    with ``hll_union_agg`` over growing window frames. Union is associative and commutative and
-    the estimate is read settled, so the answer is the estimate of the same registers as the
-    union of the window's N/b sketches (thesis §2.3.4): equal, not approximately equal (tested).
-    """
-    c = F.floor(F.col("idx") / F.lit(k)).cast("long")
-    none = F.lit(None).cast("binary")
-
-    def event(chunk: Column, pos: Column, enters: Column, leaves: Column) -> Column:
-        return F.struct(chunk.alias("c"), pos.alias("pos"), enters.alias("enters"), leaves.alias("leaves"))
-
-    # Per sketch: it enters its own chunk's windows at i = idx and leaves the next chunk's at
-    # i = idx + k, and that next chunk starts a segment at its first window end, (c + 1) * k.
-    # (Its own chunk needs no such start: before the group's first entry there, a window holds
-    # the group only through the previous chunk's sketches, whose events put that start in.)
-    events = (
-        sketches.where((F.col("idx") > F.lit(lo - k)) & (F.col("idx") <= F.lit(hi)))
-        # One shuffle, by group: everything below needs only a group's rows together.
-        .repartition("query", "group")
-        .select(
-            "query",
-            "group",
-            F.inline(
-                F.array(
-                    event(c, F.col("idx"), F.col("sketch"), none),
-                    event(c + 1, F.col("idx") + k, none, F.col("sketch")),
-                    event(c + 1, (c + 1) * k, none, none),
-                )
-            ),
-        )
-    )
-    chunk = Window.partitionBy("query", "group", "c")
-    up, down = chunk.orderBy("pos"), chunk.orderBy(F.desc("pos"))
-    segments = events.select(
-        "query",
-        "group",
-        "c",
-        "pos",
-        # In the window ends from pos on: what entered up to pos, and what leaves after pos. Range
-        # frames take every row at pos (partial sketches of one sub-window from several
-        # micro-batches, the chunk-start rows); of such ties only the last has a later `next`.
-        _union_of("enters", up.rangeBetween(Window.unboundedPreceding, Window.currentRow)).alias("prefix"),
-        _union_of("leaves", down.rangeBetween(Window.unboundedPreceding, -1)).alias("suffix"),
-        F.lead("pos").over(up).alias("next"),
-    )
-    union = F.hll_union(F.coalesce("prefix", "suffix"), F.coalesce("suffix", "prefix"))
-    start = F.greatest(F.col("pos"), F.lit(lo + 1))
-    stop = F.least(F.coalesce(F.col("next"), (F.col("c") + 1) * k) - 1, F.lit(hi))
-    return segments.where(
-        (start <= stop) & (F.col("prefix").isNotNull() | F.col("suffix").isNotNull())
-    ).select(
-        "query",
-        "group",
-        start.alias("start"),
-        stop.alias("stop"),
-        # Settled union: the composite estimate of the registers, whatever the merge order was.
-        F.hll_sketch_estimate(F.hll_union(union, union)).alias("distinct"),
-    )
-
-
-def sliding_unions(sketches: DataFrame, k: int, lo: int, hi: int) -> DataFrame:
-    """Stage 3 on a batch DataFrame: each group's window counts for window end indices ``lo < i <= hi``.
-
-    :func:`segment_counts`, one row per window end: ``query, group, i, distinct``.
-    """
-    counted = segment_counts(sketches, k, lo, hi)
-    return counted.select("query", "group", F.explode(F.sequence("start", "stop")).alias("i"), "distinct")
-
-
 def _find(nxt: dict[int, int], j: int) -> int:
     """The first window end at or after ``j`` with room (path halving over the full ones)."""
     while j in nxt:
@@ -336,7 +249,7 @@ def _fill(starts: list[int], stops: list[int], top: int) -> tuple[list[int], lis
 
 
 def rank_segments(segments: pa.Table, tops: dict[str, int]) -> pa.Table:
-    """Stage 4 on the driver: ``query, i, group, distinct, rank`` from :func:`segment_counts` rows.
+    """Stage 4 on the driver: ``query, i, group, distinct, rank`` from stage 3's segments.
 
     Per query and window end ``i``, the groups by distinct count descending, then group text
     ascending, cut to the query's top (``<= 0``: all) — what :func:`ranked` computes, without a row
@@ -376,18 +289,6 @@ def rank_segments(segments: pa.Table, tops: dict[str, int]) -> pa.Table:
             }
         )
     return pa.concat_tables(out)
-
-
-def _union_of(column: str, frame: WindowSpec | None = None) -> Column:
-    """``hll_union_agg(column)``, or null where no row holds a sketch.
-
-    Over rows that are all null, ``hll_union_agg`` gives an empty sketch of the default
-    ``lgConfigK`` (12), which a chain with another ``lg_k`` could not unite with its own.
-    """
-    held, union = F.count(column), F.hll_union_agg(column)
-    if frame is not None:
-        held, union = held.over(frame), union.over(frame)
-    return F.when(held > 0, union)
 
 
 def ranked(counts: DataFrame, queries: Sequence[DistinctQuery]) -> DataFrame:
@@ -567,7 +468,7 @@ class SlidingDistinct:
             ]
             if not paths:
                 continue
-            found = self._segments(spark, c, paths, lo, hi, batch_id)
+            found = self._segments(c, paths, lo, hi)
             sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
             segments.append(found.append_column("sub_us", sub_us))
         found_all = pa.concat_tables(segments) if segments else None
@@ -608,15 +509,13 @@ class SlidingDistinct:
             },
         )
 
-    def _segments(
-        self, spark: SparkSession, c: Chain, paths: list[str], lo: int, hi: int, batch_id: int
-    ) -> pa.Table:
+    def _segments(self, c: Chain, paths: list[str], lo: int, hi: int) -> pa.Table:
         """Stage 3 of one chain: ``query, group, start, stop, distinct`` for window ends ``lo < i <= hi``.
 
-        A group with one sketch in the sub-windows these windows hold (most groups of a scan or a
-        spoofed flood: a source seen in one second) has one segment, ``[idx, idx + k - 1]``, and
-        its count is that sketch's settled estimate, computed here; only groups with several
-        sketches go through Spark's running unions (:func:`segment_counts`).
+        On the driver, from the store's sketches (:func:`analytics.sketch_windows.window_segments`):
+        groups whose windows stay in coupon mode are counted from their coupons, vectorized; the
+        others are united with two running unions. No Spark job: the per-batch cost follows the
+        sketches in the window, with no fixed cost of planning and scheduling a job.
         """
         started = time.perf_counter()
         stored = pa.concat_tables([pq.read_table(p, schema=_STORE_ARROW) for p in paths])
@@ -625,46 +524,31 @@ class SlidingDistinct:
             pc.and_(pc.greater(stored["idx"], lo - c.k), pc.less_equal(stored["idx"], hi)),
         )
         stored = stored.filter(keep)
-        sizes = stored.group_by(["query", "group"], use_threads=False).aggregate([([], "count_all")])
-        stored = stored.join(sizes, keys=["query", "group"], use_threads=False)
-        single = pc.equal(stored["count_all"], 1)
-        alone = stored.filter(single)
-        counts = []
-        for blob in alone["sketch"].to_pylist():
-            union = hll_union(c.lg_k)
-            union.update(hll_sketch.deserialize(blob))
-            union.update(union.get_result(HLL_TYPE))  # settled, as hll_union(sk, sk) in Spark
-            counts.append(java_round(union.get_estimate()))
-        idx = alone["idx"]
-        parts = [
-            pa.table(
-                {
-                    "query": alone["query"],
-                    "group": alone["group"],
-                    "start": pc.max_element_wise(idx, lo + 1),
-                    "stop": pc.min_element_wise(pc.add(idx, c.k - 1), hi),
-                    "distinct": pa.array(counts, pa.int64()),
-                }
-            )
-        ]
-        self.timings["singles_s"] = self.timings.get("singles_s", 0.0) + time.perf_counter() - started
-        started = time.perf_counter()
-        several = stored.filter(pc.invert(single)).select(list(STORE_COLUMNS))
-        if several.num_rows:
-            staged = self.store / f"stage3-{batch_id:06d}"
-            shutil.rmtree(staged, ignore_errors=True)
-            staged.mkdir(parents=True)
-            pq.write_table(several, staged / "part-0.parquet")
-            try:
-                sketches = spark.read.schema(STORE_SCHEMA).parquet(str(staged))
-                parts.append(segment_counts(sketches, c.k, lo, hi).toArrow().cast(parts[0].schema))
-            finally:
-                shutil.rmtree(staged, ignore_errors=True)
-        self.timings["unions_s"] = self.timings.get("unions_s", 0.0) + time.perf_counter() - started
-        self.timings["singles"] = self.timings.get("singles", 0) + alone.num_rows
-        self.timings["several"] = self.timings.get("several", 0) + several.num_rows
-        found = pa.concat_tables(parts)
-        return found.filter(pc.less_equal(found["start"], found["stop"]))
+        # One integer code per (query, group); \x1f separates, as no query name holds it.
+        joined = pc.binary_join_element_wise(stored["query"], stored["group"], "\x1f").combine_chunks()
+        codes = joined.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        group, start, stop, distinct = window_segments(
+            codes,
+            stored["idx"].to_numpy(),
+            stored["sketch"].combine_chunks(),
+            k=c.k,
+            lo=lo,
+            hi=hi,
+            lg_k=c.lg_k,
+        )
+        _, first = np.unique(codes, return_index=True)  # code -> its first row (codes are 0..n-1)
+        rows = pa.array(first[group], pa.int64())
+        self.timings["windows_s"] = self.timings.get("windows_s", 0.0) + time.perf_counter() - started
+        self.timings["sketches"] = self.timings.get("sketches", 0) + stored.num_rows
+        return pa.table(
+            {
+                "query": stored["query"].take(rows),
+                "group": stored["group"].take(rows),
+                "start": pa.array(start, pa.int64()),
+                "stop": pa.array(stop, pa.int64()),
+                "distinct": pa.array(distinct, pa.int64()),
+            }
+        )
 
     def _drop_unneeded(self, before: dict[int, dict], lows: dict[str, int]) -> None:
         """Delete store batches older than the previous one whose sketches no window can still hold.
