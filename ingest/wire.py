@@ -49,6 +49,7 @@ __all__ = [
     "decode_message",
     "encode_messages",
     "parse_lines",
+    "parse_many",
     "is_control",
     "watermark_message",
     "sanitise_iface",
@@ -259,6 +260,32 @@ def parse_lines(value: bytes) -> tuple[pa.Table, int]:
     >>> table.num_rows, bad, table.column("proto").to_pylist()
     (2, 1, [6, None])
     """
+    read = _read_lines(value)
+    return read if read is not None else _parse_lines_slowly(value)
+
+
+def parse_many(values: Sequence[bytes]) -> tuple[pa.Table, int]:
+    """:func:`parse_lines` of several message values, in order and concatenated.
+
+    One pyarrow CSV read over all of them (each value ends a line: a value without a final
+    newline gets one), about twice as fast per record as a read per 1,000-record message; when
+    pyarrow refuses the whole, each value is parsed on its own, so only a refused one is read
+    line by line.
+    """
+    if not values:
+        return _WIRE_SCHEMA.empty_table(), 0
+    if len(values) == 1:
+        return parse_lines(values[0])
+    joined = b"".join(v if v.endswith(b"\n") else v + b"\n" for v in values)
+    read = _read_lines(joined)
+    if read is not None:
+        return read
+    parts = [parse_lines(v) for v in values]
+    return pa.concat_tables([t for t, _ in parts]), sum(bad for _, bad in parts)
+
+
+def _read_lines(value: bytes) -> tuple[pa.Table, int] | None:
+    """:func:`parse_lines`' one pyarrow read, or None when pyarrow refuses the value."""
     invalid = 0
 
     def skip(_row: object) -> str:
@@ -272,7 +299,7 @@ def parse_lines(value: bytes) -> tuple[pa.Table, int]:
     try:
         table = pacsv.read_csv(pa.py_buffer(value), _READ_OPTIONS, options, _CONVERT_OPTIONS)
     except (pa.ArrowInvalid, UnicodeDecodeError):
-        return _parse_lines_slowly(value)
+        return None
     if table.num_rows == 0:
         return _WIRE_SCHEMA.empty_table(), invalid
     ts = table.column(0)

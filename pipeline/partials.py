@@ -7,7 +7,7 @@ distinct-count query. As Spark aggregations these are a job and a shuffle each (
 cores for the nine default queries); as pyarrow ``group_by`` they take a fraction of a second per
 million rows. :func:`raw_partials` runs them all inside Spark's ``mapInArrow`` over the *raw*
 Kafka records: each task parses its messages' CSV with pyarrow (:func:`decode_messages`, the
-wire format's lenient reading, ``ingest.wire.parse_lines``) and computes every stage 1 from the
+wire format's lenient reading, ``ingest.wire.parse_many``) and computes every stage 1 from the
 Arrow rows, so decoded packets never go back into the JVM; only the partials — rows per (query,
 sub-window, key) — reach the driver, where :func:`merge_partials` sums the counts.
 
@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from analytics.keys import key_text, weights
-from ingest.wire import CONTROL_WATERMARK, parse_lines
+from ingest.wire import CONTROL_WATERMARK, parse_many
 from netmon.records import ARROW_SCHEMA
 
 __all__ = [
@@ -291,7 +291,7 @@ def decode_messages(
     this wire format's), ``control`` (its ``netmon.control`` header or null) and ``horizon_ns``
     (null, or the event time past which a record is from the future), in the order they were
     written (one Kafka partition's offsets). A line of a known message without a control header
-    is a packet if it parses (``ingest.wire.parse_lines``); a line of a known ``watermark``
+    is a packet if it parses (``ingest.wire.parse_many``); a line of a known ``watermark``
     control message holding an integer is a control row (its event time); a packet or control
     row later than ``horizon_ns`` is *future*: counted, and dropped; every other non-empty line
     is malformed. The rules of ``docs/wire-format.md``, as Spark's decoding
@@ -312,36 +312,45 @@ def decode_messages(
     newest = newest_ns
     tables: list[pa.Table] = []
     control_ns: list[int] = []
+    run: list[bytes] = []  # consecutive packet messages: parsed in one read
+
+    def packets(values: list[bytes]) -> None:
+        nonlocal newest
+        table, bad = parse_many(values)
+        totals["malformed"] += bad
+        if horizon is not None and table.num_rows:
+            ahead = pc.greater(table.column("ts"), horizon)
+            future = pc.sum(ahead).as_py() or 0
+            if future:
+                table = table.filter(pc.invert(ahead))
+                totals["future"] += future
+        if not table.num_rows:
+            return
+        totals["packets"] += table.num_rows  # late ones included: `late` counts those apart
+        ts = np.asarray(table.column("ts").to_numpy(zero_copy_only=False), np.int64)
+        if delay_ns is not None:
+            # The newest event time before each packet: the running maximum, shifted by one.
+            before = np.empty_like(ts)
+            before[0] = _NEVER if newest is None else newest
+            np.maximum.accumulate(ts[:-1], out=before[1:])
+            np.maximum(before[1:], before[0], out=before[1:])
+            # Nothing before the first packet of the stream: it is never late.
+            late = (before != _NEVER) & (ts < before - delay_ns)
+            if late.any():
+                totals["late"] += int(late.sum())
+                table = table.filter(pa.array(~late))
+        top = int(ts.max())
+        newest = top if newest is None else max(newest, top)
+        tables.append(table)
+
     for value, ok, kind in zip(values, known, control, strict=True):
         value = value or b""
         if ok and kind is None:
-            table, bad = parse_lines(value)
-            totals["malformed"] += bad
-            if horizon is not None and table.num_rows:
-                ahead = pc.greater(table.column("ts"), horizon)
-                future = pc.sum(ahead).as_py() or 0
-                if future:
-                    table = table.filter(pc.invert(ahead))
-                    totals["future"] += future
-            if not table.num_rows:
-                continue
-            totals["packets"] += table.num_rows  # late ones included: `late` counts those apart
-            ts = np.asarray(table.column("ts").to_numpy(zero_copy_only=False), np.int64)
-            if delay_ns is not None:
-                # The newest event time before each packet: the running maximum, shifted by one.
-                before = np.empty_like(ts)
-                before[0] = _NEVER if newest is None else newest
-                np.maximum.accumulate(ts[:-1], out=before[1:])
-                np.maximum(before[1:], before[0], out=before[1:])
-                # Nothing before the first packet of the stream: it is never late.
-                late = (before != _NEVER) & (ts < before - delay_ns)
-                if late.any():
-                    totals["late"] += int(late.sum())
-                    table = table.filter(pa.array(~late))
-            top = int(ts.max())
-            newest = top if newest is None else max(newest, top)
-            tables.append(table)
+            run.append(value)
             continue
+        if run:  # a control or unknown message: the packets before it come first
+            packets(run)
+            run = []
         for line in value.split(b"\n"):
             if not line:
                 continue
@@ -358,6 +367,8 @@ def decode_messages(
                         newest = ns if newest is None else max(newest, ns)
                     continue
             totals["malformed"] += 1
+    if run:
+        packets(run)
     records = pa.concat_tables(tables) if tables else None
     ts_ns = records.column("ts") if records is not None else pa.array([], pa.int64())
     totals["control"] = len(control_ns)

@@ -16,6 +16,8 @@ from ingest.wire import (
     decode_message,
     encode_messages,
     is_control,
+    parse_lines,
+    parse_many,
     watermark_message,
 )
 from netmon.records import ARROW_SCHEMA, RECORD_COLUMNS
@@ -241,3 +243,38 @@ def test_any_batch_round_trips(batch: pa.RecordBatch, per_message: int) -> None:
     back, sizes = roundtrip(pa.Table.from_batches([batch]), per_message)
     assert back.equals(pa.Table.from_batches([batch]))
     assert all(s <= per_message for s in sizes)
+
+
+_GOOD = b"1700000000123456789,74,74,4,10.0.0.1,192.0.2.7,6,,,,,,,,,,,,0\n"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(
+                [
+                    _GOOD,
+                    _GOOD.rstrip(b"\n"),  # a value's last line without its newline
+                    _GOOD.replace(b",6,", b",99999,"),  # a field out of its type: null
+                    b"x,1\n",  # too few fields: malformed
+                    b"\n",
+                    b"\r\n",
+                    _GOOD.replace(b"\n", b"\r"),
+                    b"\xff\xfe,bad utf-8\n",  # pyarrow refuses the whole value
+                    b"17x,74,74,4,10.0.0.1,192.0.2.7,6,,,,,,,,,,,,0\n",  # ts not an integer
+                ]
+            ),
+            max_size=6,
+        ).map(b"".join),
+        max_size=8,
+    )
+)
+def test_parse_many_is_parse_lines_of_each_value_concatenated(values: list[bytes]) -> None:
+    # One read over many messages must not join a value's last line with the next one's first,
+    # and a value pyarrow refuses must not cost the others their records.
+    got, bad = parse_many(values)
+    parts = [parse_lines(v) for v in values]
+    assert bad == sum(b for _, b in parts)
+    expected = pa.concat_tables([t for t, _ in parts]) if parts else got.schema.empty_table()
+    assert got.to_pylist() == expected.to_pylist()
