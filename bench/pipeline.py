@@ -28,6 +28,7 @@ with a temporary broker on free ports:
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -229,6 +230,7 @@ def _at_rate(
     pipeline.poll()
     shared = pipeline.batch_functions.get(SHARED_QUERY)
     rss = _jvm_rss_mb(spark)
+    phases = {name: _phases(q) for name, q in pipeline.queries.items()}
     pipeline.stop()
     half = [lag for t, lag in lags if t >= produced_s / 2]
     allowance = rate * cfg.pipeline.trigger_s
@@ -254,8 +256,20 @@ def _at_rate(
         "latency_p99_s": _rounded(_percentile(latencies, 0.99)),
         "windows": len(latencies),
         "share": _shares(getattr(shared, "total_seconds", {})),
+        "batch_phases_ms": phases,
         "driver_jvm_rss_mb": None if rss is None else round(rss),
     }
+
+
+def _phases(query: Any) -> dict[str, float]:
+    """Median milliseconds of each phase of Spark's progress reports over the query's last
+    batches (``durationMs``: latestOffset, getBatch, queryPlanning, addBatch, walCommit,
+    commitOffsets, triggerExecution), and how many batches they are."""
+    ran = [p["durationMs"] for p in query.recentProgress if "addBatch" in (p.get("durationMs") or {})]
+    out: dict[str, float] = {"batches": len(ran)}
+    for phase in sorted({k for d in ran for k in d}):
+        out[phase] = float(statistics.median(d.get(phase, 0) for d in ran))
+    return out
 
 
 def _rounded(value: float | None) -> float | None:
@@ -343,6 +357,9 @@ def format_report(result: dict[str, Any]) -> list[str]:
                 f"p99 {r['latency_p99_s']} s over {r['windows']} windows; "
                 f"driver JVM {r['driver_jvm_rss_mb']} MB"
             )
+            for name, phases in sorted(r.get("batch_phases_ms", {}).items()):
+                parts = ", ".join(f"{k} {v:g}" for k, v in phases.items() if k != "batches")
+                lines.append(f"    query {name}: {phases.get('batches', 0):g} batches, median ms: {parts}")
         if entry["rates"]:
             lines.append(f"  sustained: {entry['sustained_pps']}")
     return lines
