@@ -35,7 +35,7 @@ from datasketches import hll_sketch, hll_union
 
 from analytics.distinct import HLL_TYPE, java_round
 
-__all__ = ["coupon_estimates", "coupons_of", "window_segments"]
+__all__ = ["coupon_estimates", "coupon_sketches", "coupons_of", "window_segments"]
 
 #: Past this many coupons a union is united the real way even when DataSketches would still keep
 #: it as coupons (large lg_k): the estimate table stays small.
@@ -44,15 +44,15 @@ _LIST, _SET, _HLL = 0, 1, 2
 
 
 @cache
-def coupon_estimates(lg_k: int) -> np.ndarray:
-    """``table[n]``: the rounded estimate of a coupon-mode HLL_8 sketch of ``lg_k`` holding ``n`` coupons.
+def _coupon_modes(lg_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(estimates, lg_arr)`` per coupon count of a coupon-mode HLL_8 sketch of ``lg_k``.
 
     Measured from the library: one sketch is fed until it leaves coupon mode (or holds
-    :data:`MAX_TABLE` coupons), reading its coupon count and estimate after each item. The
-    table's length - 1 is the largest count this module counts without uniting.
+    :data:`MAX_TABLE` coupons), reading after each item its coupon count, its rounded estimate
+    and the hash-set size byte of its compact serialization (``lg_arr``, byte 4).
     """
     sk = hll_sketch(lg_k, HLL_TYPE)
-    table = [0]
+    table, lg_arr = [0], [0]
     item = 0
     while len(table) <= MAX_TABLE:
         sk.update(f"c{item}")
@@ -64,9 +64,64 @@ def coupon_estimates(lg_k: int) -> np.ndarray:
         estimate = java_round(sk.get_estimate())
         if n == len(table):
             table.append(estimate)
-        elif n < len(table) and table[n] != estimate:  # pragma: no cover - the library's contract
-            raise AssertionError(f"coupon estimate of {n} is not a function of the count")
-    return np.asarray(table, np.int64)
+            lg_arr.append(blob[4])
+        elif n < len(table) and (table[n], lg_arr[n]) != (estimate, blob[4]):  # pragma: no cover
+            raise AssertionError(f"coupon-mode sketch of {n} coupons is not a function of the count")
+    return np.asarray(table, np.int64), np.asarray(lg_arr, np.uint8)
+
+
+def coupon_estimates(lg_k: int) -> np.ndarray:
+    """``table[n]``: the rounded estimate of a coupon-mode HLL_8 sketch of ``lg_k`` holding ``n`` coupons.
+
+    The table's length - 1 is the largest count this module counts without uniting (the count
+    past which DataSketches turns the coupons into registers, or :data:`MAX_TABLE`).
+    """
+    return _coupon_modes(lg_k)[0]
+
+
+def coupon_sketches(counts: np.ndarray, values: np.ndarray, lg_k: int) -> pa.BinaryArray:
+    """Compact serialized HLL_8 sketches of ``lg_k`` from their distinct coupons, vectorized.
+
+    Sketch ``r`` holds ``values[sum(counts[:r]) : sum(counts[:r+1])]`` (distinct, non-zero
+    coupons, ``1 <= counts[r] <= len(coupon_estimates(lg_k)) - 1``): the bytes DataSketches'
+    ``serialize_compact`` writes for a sketch holding those coupons (LIST mode up to 7, SET mode
+    past that; the coupons in the given order, which the format leaves free), so
+    ``hll_sketch.deserialize`` and :func:`coupons_of` read them back.
+    """
+    counts = np.asarray(counts, np.int64)
+    values = np.asarray(values, np.uint32)
+    estimates, lg_arr = _coupon_modes(lg_k)
+    if len(counts) and (counts.min() < 1 or counts.max() >= len(estimates)):
+        raise ValueError(f"coupon_sketches: counts must be in 1..{len(estimates) - 1} for lg_k {lg_k}")
+    if int(counts.sum()) != len(values):
+        raise ValueError("coupon_sketches: counts do not add up to the coupons given")
+    listed = counts <= _LIST_MAX
+    header_words = np.where(listed, 2, 3)
+    words = header_words + counts
+    ends = np.cumsum(words)
+    starts = ends - words
+    out = np.zeros(int(ends[-1]) if len(ends) else 0, np.uint32)
+    # Preamble bytes 0..7, little-endian in two words: preInts, serVer 1, family 7 (HLL), lg_k;
+    # lg_arr, flags (8: compact), the LIST count, the mode byte (HLL_8 << 2 | LIST 0 / SET 1).
+    pre = np.where(listed, 2, 3).astype(np.uint32)
+    out[starts] = pre | (1 << 8) | (7 << 16) | (np.uint32(lg_k) << 24)
+    arr = np.where(listed, 3, lg_arr[np.minimum(counts, len(lg_arr) - 1)]).astype(np.uint32)
+    list_count = np.where(listed, counts, 0).astype(np.uint32)
+    mode = np.where(listed, 8, 9).astype(np.uint32)
+    out[starts + 1] = arr | (8 << 8) | (list_count << 16) | (mode << 24)
+    out[starts[~listed] + 2] = counts[~listed].astype(np.uint32)  # SET: the coupon count
+    # The coupons after each preamble.
+    first = np.repeat(starts + header_words, counts)
+    within = np.arange(len(values), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[first + within] = values
+    offsets = np.concatenate([[0], ends * 4]).astype(np.int32)
+    return pa.Array.from_buffers(
+        pa.binary(), len(counts), [None, pa.py_buffer(offsets), pa.py_buffer(out.astype("<u4"))]
+    )
+
+
+#: DataSketches' LIST mode holds up to 7 coupons (then SET, or HLL below lg_k 8).
+_LIST_MAX = 7
 
 
 def _one_sketch_coupons(blob: bytes) -> np.ndarray:

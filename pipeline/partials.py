@@ -37,11 +37,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasketches import hll_sketch, tgt_hll_type
+from datasketches import hll_sketch, hll_union, tgt_hll_type
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analytics.hll_coupons import coupons
 from analytics.keys import key_text, weights
+from analytics.sketch_windows import coupon_estimates, coupon_sketches
 from ingest.wire import CONTROL_WATERMARK, parse_many
 from netmon.records import ARROW_SCHEMA
 
@@ -190,34 +192,64 @@ def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> p
     rows = pa.table({"sw": pa.array(idx), "key": group, "item": item}).filter(fresh)
     parts = [_table({"query": [spec.name], "records": [0], "weight": [late]})]
     if rows.num_rows:
-        per_group = rows.group_by(["sw", "key"], use_threads=False).aggregate([([], "count_all")])
-        per_group = per_group.sort_by([("sw", "ascending"), ("key", "ascending")])
-        items = rows.group_by(["sw", "key", "item"], use_threads=False).aggregate([])
-        items = items.sort_by([("sw", "ascending"), ("key", "ascending")])
-        # Both sorted by (sub-window, group): the i-th sketch is the i-th group's.
-        built: list[hll_sketch] = []
-        previous = None
-        for sw, key, text in zip(
-            items["sw"].to_pylist(), items["key"].to_pylist(), items["item"].to_pylist(), strict=True
-        ):
-            if (sw, key) != previous:
-                built.append(hll_sketch(spec.lg_k, _HLL_TYPE))
-                previous = (sw, key)
-            built[-1].update(text)
-        sketches = [sketch.serialize_compact() for sketch in built]
-        parts.append(
-            _table(
-                {
-                    "query": _names(spec.name, per_group.num_rows),
-                    "sw": per_group["sw"],
-                    "key": per_group["key"],
-                    "records": per_group["count_all"],
-                    "weight": pa.array(np.zeros(per_group.num_rows, np.int64)),
-                    "sketch": pa.array(sketches, pa.binary()),
-                }
-            )
+        # Each item's DataSketches coupon, all at once; a (sub-window, group) whose distinct
+        # coupons stay in coupon mode gets its sketch's bytes from them without a Python call per
+        # item (most groups); the others are united from coupon-mode pieces.
+        rows = rows.append_column("c", pa.array(coupons(rows["item"])))
+        grouped = rows.group_by(["sw", "key"], use_threads=False).aggregate(
+            [([], "count_all"), ("c", "distinct")]
         )
+        distinct = grouped["c_distinct"].combine_chunks()
+        sizes = pc.list_value_length(distinct).to_numpy(zero_copy_only=False)
+        light = sizes < len(coupon_estimates(spec.lg_k))
+        light_rows = grouped.filter(pa.array(light))
+        light_values = pc.list_flatten(distinct.filter(pa.array(light))).to_numpy(zero_copy_only=False)
+        tables = [(light_rows, coupon_sketches(sizes[light], light_values, spec.lg_k))]
+        if not light.all():
+            heavy = grouped.filter(pa.array(~light))
+            heavy_values = pc.list_flatten(distinct.filter(pa.array(~light))).to_numpy(zero_copy_only=False)
+            tables.append((heavy, _united_sketches(sizes[~light], heavy_values, spec.lg_k)))
+        for table, sketches in tables:
+            parts.append(
+                _table(
+                    {
+                        "query": _names(spec.name, table.num_rows),
+                        "sw": table["sw"],
+                        "key": table["key"],
+                        "records": table["count_all"],
+                        "weight": pa.array(np.zeros(table.num_rows, np.int64)),
+                        "sketch": sketches,
+                    }
+                )
+            )
     return pa.concat_tables(parts)
+
+
+def _united_sketches(sizes: np.ndarray, values: np.ndarray, lg_k: int) -> pa.Array:
+    """Sketches of more coupons than coupon mode holds: each the union of coupon-mode pieces.
+
+    Sketch ``r`` holds ``values[sum(sizes[:r]) : sum(sizes[:r+1])]`` (distinct coupons). Its
+    coupons are cut into pieces that coupon mode holds, built with
+    :func:`analytics.sketch_windows.coupon_sketches` and united by the library: the same
+    registers as a sketch fed the items one by one (a register is the largest value among the
+    coupons of its address), in a Python call per piece instead of per item. Read settled, as
+    every estimate of the distinct counts is, the two give the same estimate.
+    """
+    limit = len(coupon_estimates(lg_k)) - 1
+    pieces = -(-sizes // limit)  # per sketch
+    # The pieces of a sketch are consecutive runs of its coupons, all but its last one full.
+    nth = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    piece_sizes = np.minimum(limit, np.repeat(sizes, pieces) - nth * limit)
+    blobs = coupon_sketches(piece_sizes, values, lg_k).to_pylist()
+    out = []
+    at = 0
+    for count in pieces.tolist():
+        union = hll_union(lg_k)
+        for blob in blobs[at : at + count]:
+            union.update(hll_sketch.deserialize(blob))
+        at += count
+        out.append(union.get_result(_HLL_TYPE).serialize_compact())
+    return pa.array(out, pa.binary())
 
 
 def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.Table:

@@ -15,7 +15,7 @@ import pytest
 from datasketches import hll_sketch, hll_union
 
 from analytics.distinct import HLL_TYPE, java_round
-from analytics.sketch_windows import coupon_estimates, coupons_of, window_segments
+from analytics.sketch_windows import coupon_estimates, coupon_sketches, coupons_of, window_segments
 
 
 def _sketch(items: list[str], lg_k: int, compact: bool) -> bytes:
@@ -129,3 +129,36 @@ def test_a_group_past_the_table_in_one_window_only_is_still_exact():
         (0, 5, _sketch(["b1"], 12, True)),
     ]
     assert _got(rows, k, -5, 10, 12) == _expected(rows, k, -5, 10, 12)
+
+
+@pytest.mark.parametrize("lg_k", [4, 7, 8, 12])
+def test_sketches_built_from_coupons_are_the_librarys(lg_k):
+    # Every coupon count DataSketches keeps as coupons: the built bytes deserialize to a sketch
+    # with the same coupons and estimate, and unite as the library's own sketch does.
+    rng = random.Random(lg_k)
+    limit = len(coupon_estimates(lg_k)) - 1
+    candidates = (1, 2, 7, 8, limit, *rng.sample(range(1, limit + 1), min(limit, 6)))
+    sizes = sorted({n for n in candidates if n <= limit})
+    real = []
+    for n in sizes:
+        sk = hll_sketch(lg_k, HLL_TYPE)
+        items = iter(range(10**9))
+        while sk.get_estimate() < 0.5 or len(coupons_of(pa.array([sk.serialize_compact()]))[1]) < n:
+            sk.update(f"s{n}-{next(items)}")
+        real.append(sk.serialize_compact())
+    row, values, hll = coupons_of(pa.array(real, pa.binary()))
+    assert not hll.any()
+    counts = np.bincount(row, minlength=len(real))
+    built = coupon_sketches(counts, values, lg_k)
+    for blob, mine in zip(real, built.to_pylist(), strict=True):
+        theirs = hll_sketch.deserialize(blob)
+        ours = hll_sketch.deserialize(mine)
+        assert mine[:12] == blob[:12] if blob[7] & 3 == 1 else mine[:8] == blob[:8]
+        assert ours.get_estimate() == theirs.get_estimate()
+        assert sorted(coupons_of(pa.array([mine]))[1]) == sorted(coupons_of(pa.array([blob]))[1])
+        u, v = hll_union(lg_k), hll_union(lg_k)
+        u.update(ours)
+        u.update(hll_sketch.deserialize(real[-1]))
+        v.update(theirs)
+        v.update(hll_sketch.deserialize(real[-1]))
+        assert u.get_result(HLL_TYPE).get_estimate() == v.get_result(HLL_TYPE).get_estimate()
