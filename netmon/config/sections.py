@@ -285,8 +285,10 @@ class PipelineConfig:
     max_future_s: float = 86400.0
     #: Kafka messages one micro-batch of the shared query reads at most (when [spark]
     #: max_offsets_per_trigger is 0): bounds a batch's memory and time when the pipeline catches
-    #: up (250 messages of `netmon replay`'s 1,000 records: 250,000 packets).
-    max_batch_messages: int = 250
+    #: up (600 messages of `netmon replay`'s 1,000 records: 600,000 packets). Measured
+    #: (docs/performance.md): 250 held baseline traffic to ~83k packets/s when paced (a batch's
+    #: fixed costs paid every 250k packets); 600 sustains 100k.
+    max_batch_messages: int = 600
 
     def __post_init__(self) -> None:
         where = "[pipeline]"
