@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pipeline import _percentile, _shares, bench_pipeline, format_report
+from bench.pipeline import _lag_growth, _percentile, _shares, bench_pipeline, format_report
 
 
 def test_percentile_and_shares() -> None:
@@ -16,6 +16,16 @@ def test_percentile_and_shares() -> None:
     assert _percentile([3.0, 1.0, 2.0], 0.5) == 2.0
     assert _percentile([float(i) for i in range(101)], 0.99) == 99.0
     assert _shares({"a": 1.0, "b": 3.0}) == {"a": 0.25, "b": 0.75}
+
+
+def test_lag_growth_ignores_a_batch_sawtooth_and_sees_a_trend() -> None:
+    # Lag in messages sampled each second: batches of 4 s read what arrived (a sawtooth around a
+    # level), or fall behind by 10 messages a second.
+    saw = [(float(t), 300 + 100 * (t % 4)) for t in range(60, 121)]
+    trend = [(float(t), 300 + 10 * (t - 60) + 100 * (t % 4)) for t in range(60, 121)]
+    assert abs(_lag_growth(saw) or 0.0) < 30
+    assert _lag_growth(trend) == pytest.approx(600, abs=30)
+    assert _lag_growth([(1.0, 5)]) is None
 
 
 @pytest.mark.spark
