@@ -209,7 +209,8 @@ def window_segments(
     if len(united):
         rows = np.flatnonzero(np.isin(group, united))
         parts.append(_united_segments(group[rows], idx[rows], sketches.take(pa.array(rows)), k, lo, hi, lg_k))
-    return tuple(np.concatenate([p[n] for p in parts]) for n in range(4))  # type: ignore[return-value]
+    groups, starts, stops, counts = (np.concatenate([p[n] for p in parts]) for n in range(4))
+    return groups, starts, stops, counts
 
 
 def _coupon_segments(
