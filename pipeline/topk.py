@@ -268,11 +268,18 @@ class SlidingTopK:
             )
             for q in self.queries
         }
-        out: list[tuple[Any, ...]] = []
+        # Rows straight into columns: a day of one-second slides is millions of rows per batch,
+        # and one list of row tuples transposed at the end cost 4x as much (measured).
+        out_names: list[str] = []
+        out_columns: list[list[Any]] = [[] for _ in range(len(RESULT_SCHEMA.names) - 1)]
         for query, index, top, total in _closed_top_k(merged.filter(pa.array(closed)), self._k()):
             name = query.removeprefix(SPEC)
-            out += [(name, *row) for row in merges[name].add_subwindow(top, index, total)]
-        write_table(_result_table(out), self.results, batch_id)
+            rows = merges[name].add_subwindow(top, index, total)
+            if rows:
+                out_names.extend([name] * len(rows))
+                for column, values in zip(out_columns, zip(*rows, strict=True), strict=True):
+                    column.extend(values)
+        write_table(_result_table(out_names, out_columns), self.results, batch_id)
         self.state.save(
             batch_id,
             {
@@ -283,7 +290,7 @@ class SlidingTopK:
         )
         self._drop_open(keep={open_name, before["open"]})
         self.late_rows += late
-        log.debug("topk batch", extra={"batch": batch_id, "rows": len(out), "late": late})
+        log.debug("topk batch", extra={"batch": batch_id, "rows": len(out_names), "late": late})
 
     def _k(self) -> dict[str, int]:
         return {SPEC + q.name: q.k for q in self.queries}
@@ -327,19 +334,18 @@ def _closed_top_k(closed: pa.Table, k: dict[str, int]) -> Iterator[tuple[str, in
         )
 
 
-def _result_table(rows: list[tuple[Any, ...]]) -> pa.Table:
-    """``(query, window_end_ns, delta, rank, key, count, total)`` rows as ``RESULT_SCHEMA``."""
-    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [() for _ in RESULT_SCHEMA.names]
-    ends_us = [e // _NS_PER_US for e in columns[1]]
+def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
+    """Query names and the ``(window_end_ns, delta, rank, key, count, total)`` columns: ``RESULT_SCHEMA``."""
+    ends_us = np.asarray(columns[0], np.int64) // _NS_PER_US
     return pa.table(
         [
-            pa.array(columns[0], pa.string()),
+            pa.array(names, pa.string()),
             pa.array(ends_us, pa.timestamp("us", tz="UTC")),
-            pa.array(columns[2], pa.int64()),
-            pa.array(columns[3], pa.int32()),
-            pa.array(columns[4], pa.string()),
+            pa.array(columns[1], pa.int64()),
+            pa.array(columns[2], pa.int32()),
+            pa.array(columns[3], pa.string()),
+            pa.array(columns[4], pa.int64()),
             pa.array(columns[5], pa.int64()),
-            pa.array(columns[6], pa.int64()),
         ],
         schema=RESULT_SCHEMA,
     )
