@@ -248,6 +248,9 @@ def test_any_batch_round_trips(batch: pa.RecordBatch, per_message: int) -> None:
 _GOOD = b"1700000000123456789,74,74,4,10.0.0.1,192.0.2.7,6,,,,,,,,,,,,0\n"
 
 
+# pyarrow cannot hand a line of refused UTF-8 to the invalid-row handler as text: it reports that
+# as an unraisable exception and refuses the read, which is the case under test (not a failure).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
