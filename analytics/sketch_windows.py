@@ -60,7 +60,7 @@ def _coupon_modes(lg_k: int) -> tuple[np.ndarray, np.ndarray]:
         blob = sk.serialize_compact()
         if blob[7] & 3 == _HLL:
             break
-        n = len(_one_sketch_coupons(blob))
+        n = len(coupons_of(pa.array([blob], pa.binary()))[1])
         estimate = java_round(sk.get_estimate())
         if n == len(table):
             table.append(estimate)
@@ -122,14 +122,6 @@ def coupon_sketches(counts: np.ndarray, values: np.ndarray, lg_k: int) -> pa.Bin
 
 #: DataSketches' LIST mode holds up to 7 coupons (then SET, or HLL below lg_k 8).
 _LIST_MAX = 7
-
-
-def _one_sketch_coupons(blob: bytes) -> np.ndarray:
-    mode = blob[7] & 3
-    if mode == _LIST:
-        return np.frombuffer(blob, "<u4", count=blob[6], offset=8)
-    words = np.frombuffer(blob, "<u4", offset=12)
-    return words[words != 0]
 
 
 def coupons_of(sketches: pa.BinaryArray | pa.LargeBinaryArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -70,7 +70,6 @@ from pipeline.partials import DistinctSpec, merge_partials, partial_counts
 
 __all__ = [
     "COLUMNS",
-    "STORE_SCHEMA",
     "Chain",
     "SlidingDistinct",
     "build_distinct",
@@ -301,8 +300,6 @@ def ranked(counts: DataFrame, queries: Sequence[DistinctQuery]) -> DataFrame:
 
 log = logging.getLogger(__name__)
 
-STORE_SCHEMA = "chain string, query string, group string, idx long, sketch binary"
-STORE_COLUMNS = tuple(field.split()[0] for field in STORE_SCHEMA.split(", "))
 _STORE_ARROW = pa.schema(
     [
         ("chain", pa.string()),
@@ -354,7 +351,7 @@ class SlidingDistinct:
         #: seconds (and sketch rows) of stage 3's parts over this process's batches
         self.timings: dict[str, float] = {}
         # Set by prepare(), before each batch.
-        self._spark: SparkSession | None = None
+        self._prepared = False
         self._before: dict[int, dict] = {}
         self._watermark_ms: int | None = None
         self._lows: dict[str, int] = {c.label: _BEFORE_ALL for c in self.chains}
@@ -369,8 +366,11 @@ class SlidingDistinct:
         return out
 
     def prepare(self, batch_id: int, spark: SparkSession) -> None:
-        """Read the store's state before ``batch_id``: the late bound of each chain (``specs``)."""
-        self._spark = spark
+        """Read the store's state before ``batch_id``: the late bound of each chain (``specs``).
+
+        ``spark`` is the batch kinds' common hook signature (``pipeline.job``); stage 3 needs none.
+        """
+        self._prepared = True
         self._before = self._stored(batch_id - 1)
         previous = self._before[max(self._before)] if self._before else {"watermark_ms": None}
         self._watermark_ms = previous["watermark_ms"]
@@ -405,8 +405,8 @@ class SlidingDistinct:
         batch's largest event time − the delay (never back), and every window it closes is
         computed from the store and committed.
         """
-        spark, lows = self._spark, self._lows
-        if spark is None:
+        lows = self._lows
+        if not self._prepared:
             raise RuntimeError("SlidingDistinct.apply before prepare()")
         started = time.perf_counter()
         chain_of = {spec_name(q.name): c.label for c in self.chains for q in c.queries}
@@ -524,9 +524,13 @@ class SlidingDistinct:
             pc.and_(pc.greater(stored["idx"], lo - c.k), pc.less_equal(stored["idx"], hi)),
         )
         stored = stored.filter(keep)
-        # One integer code per (query, group); \x1f separates, as no query name holds it.
-        joined = pc.binary_join_element_wise(stored["query"], stored["group"], "\x1f").combine_chunks()
-        codes = joined.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        # One integer code per (query, group): the pair of their dictionary codes, made dense.
+        query_codes, group_codes = (
+            stored[name].combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False)
+            for name in ("query", "group")
+        )
+        pairs = query_codes.astype(np.int64) * (int(group_codes.max(initial=0)) + 1) + group_codes
+        _, first, codes = np.unique(pairs, return_index=True, return_inverse=True)
         group, start, stop, distinct = window_segments(
             codes,
             stored["idx"].to_numpy(),
@@ -536,8 +540,7 @@ class SlidingDistinct:
             hi=hi,
             lg_k=c.lg_k,
         )
-        _, first = np.unique(codes, return_index=True)  # code -> its first row (codes are 0..n-1)
-        rows = pa.array(first[group], pa.int64())
+        rows = pa.array(first[group], pa.int64())  # each segment's group: its code's first row
         self.timings["windows_s"] = self.timings.get("windows_s", 0.0) + time.perf_counter() - started
         self.timings["sketches"] = self.timings.get("sketches", 0) + stored.num_rows
         return pa.table(
