@@ -51,7 +51,7 @@ from alerts.delivery import Deliverer, check_targets, routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import Notification, RowError, RuleEngine
 from netmon.config import AlertRule, AlertsConfig, Config
-from netmon.results import result_topic
+from netmon.results import message_rows, result_topic
 
 __all__ = ["CRASH_ENV", "PRUNE_EVERY_S", "AlertService", "BatchResult", "result_topic"]
 
@@ -67,7 +67,7 @@ PRUNE_EVERY_S = 3600.0
 class BatchResult:
     #: rows evaluated
     rows: int = 0
-    #: rows the outbox already covered (re-delivered after a crash)
+    #: messages the outbox already covered (re-delivered after a crash; a message holds rows)
     skipped: int = 0
     notifications: int = 0
     #: malformed rows skipped (counted per reason in the outbox)
@@ -189,24 +189,24 @@ class AlertService:
                     result.skipped += 1  # already in the outbox (re-delivered after a crash)
                     continue
                 offsets[key] = record.offset + 1
-                problem = self._evaluate(tp.topic, record, notifications)
-                if problem is None:
-                    result.rows += 1
-                    continue
-                result.bad += 1
-                where = f"{tp.topic}[{tp.partition}]@{record.offset}"
-                skipped[problem] = (skipped.get(problem, (0, ""))[0] + 1, where)
-                if problem not in self._logged_skips:  # once per reason: a bad producer is not a flood
-                    self._logged_skips.add(problem)
-                    log.warning(
-                        "malformed result row skipped (logged once per reason; counted in the outbox)",
-                        extra={
-                            "reason": problem,
-                            "topic": tp.topic,
-                            "partition": tp.partition,
-                            "offset": record.offset,
-                        },
-                    )
+                for problem in self._evaluate(tp.topic, record, notifications):
+                    if problem is None:
+                        result.rows += 1
+                        continue
+                    result.bad += 1
+                    where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+                    skipped[problem] = (skipped.get(problem, (0, ""))[0] + 1, where)
+                    if problem not in self._logged_skips:  # once per reason: a bad producer is not a flood
+                        self._logged_skips.add(problem)
+                        log.warning(
+                            "malformed result row skipped (logged once per reason; counted in the outbox)",
+                            extra={
+                                "reason": problem,
+                                "topic": tp.topic,
+                                "partition": tp.partition,
+                                "offset": record.offset,
+                            },
+                        )
         if not offsets:
             return result
         self._record(notifications, offsets, skipped)
@@ -217,13 +217,25 @@ class AlertService:
         self.totals.notifications += result.notifications
         return result
 
-    def _evaluate(self, topic: str, record: Any, notifications: list[Notification]) -> str | None:
-        """Decode one record and feed it to the engine; None, or why the row was skipped."""
+    def _evaluate(self, topic: str, record: Any, notifications: list[Notification]) -> list[str | None]:
+        """Decode one record and feed its rows to the engine; per row None, or why it was skipped."""
+        assert self._engine is not None
+        kind, texts, problem = self._decode(topic, record)
+        if texts is None:
+            return [problem]
+        return [self._observe(kind, text, topic, notifications) for text in texts]
+
+    def _observe(self, kind: str, text: bytes, topic: str, notifications: list[Notification]) -> str | None:
         assert self._engine is not None
         try:
-            kind, row, problem = self._decode(topic, record)
-            if row is None:
-                return problem
+            row = json.loads(text)
+        except RecursionError:
+            return "value is not JSON (nested too deeply)"
+        except (TypeError, ValueError):
+            return "value is not JSON"
+        if not isinstance(row, dict):
+            return "value is not a JSON object"
+        try:
             notifications += self._engine.observe(kind, row)
             return None
         except RowError as exc:
@@ -234,8 +246,9 @@ class AlertService:
                 log.warning("result row could not be evaluated", exc_info=True, extra={"topic": topic})
             return reason
 
-    def _decode(self, topic: str, record: Any) -> tuple[str, dict[str, Any] | None, str]:
-        """(kind, row, "") or (kind, None, why the row is skipped); never raises for bad input."""
+    def _decode(self, topic: str, record: Any) -> tuple[str, list[bytes] | None, str]:
+        """(kind, the rows' JSON texts, "") or (kind, None, why the record is skipped); never raises
+        for bad input. Version 2 messages carry several rows (JSON Lines), version 1 one."""
         kind = self._topics.get(topic, "")
         try:
             headers = {str(k): bytes(v or b"") for k, v in (record.headers or [])}
@@ -247,18 +260,10 @@ class AlertService:
                 kind = raw_kind.decode()
             except UnicodeDecodeError:
                 return kind, None, "netmon.kind header is not UTF-8"
-        version = headers.get("netmon.result-version")
-        if version is not None and version != b"1":
-            return kind, None, f"unknown result version {version[:20]!r}"
         try:
-            row = json.loads(record.value)
-        except RecursionError:
-            return kind, None, "value is not JSON (nested too deeply)"
-        except (TypeError, ValueError):
-            return kind, None, "value is not JSON"
-        if not isinstance(row, dict):
-            return kind, None, "value is not a JSON object"
-        return kind, row, ""
+            return kind, message_rows(record.value, headers.get("netmon.result-version")), ""
+        except (TypeError, ValueError) as exc:
+            return kind, None, str(exc)
 
     def _record(
         self,

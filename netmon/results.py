@@ -24,10 +24,12 @@ from netmon.config import Config
 __all__ = [
     "COMMITS",
     "PIPELINE_LOCK",
+    "RESULT_VERSIONS",
     "SHARED_QUERY",
     "checkpoint_dir",
     "committed_files",
     "is_sink",
+    "message_rows",
     "read_results",
     "result_files",
     "result_topic",
@@ -51,6 +53,28 @@ def results_dir(cfg: Config, kind: str) -> Path:
 def result_topic(cfg: Config, kind: str) -> str:
     """The Kafka topic a kind's committed rows are republished on: ``<prefix><kind>``."""
     return f"{cfg.kafka.results_topic_prefix}{kind}"
+
+
+#: the result message versions a consumer reads: ``1`` one row per message, ``2`` JSON Lines
+RESULT_VERSIONS = (b"1", b"2")
+
+
+def message_rows(value: bytes | None, version: bytes | None) -> list[bytes]:
+    """The JSON text of each row a result message carries (``docs/results.md``).
+
+    ``version`` is the message's ``netmon.result-version`` header (None: version 1). Raises
+    ``ValueError`` naming an unknown version.
+
+    >>> message_rows(b'{"n":1}\\n{"n":2}\\n', b"2")
+    [b'{"n":1}', b'{"n":2}']
+    >>> message_rows(b'{"n":1}', None)
+    [b'{"n":1}']
+    """
+    if version is None or version == b"1":
+        return [value or b""]
+    if version == b"2":
+        return [line for line in (value or b"").split(b"\n") if line.strip()]
+    raise ValueError(f"unknown result version {version[:20]!r}")
 
 
 def checkpoint_dir(cfg: Config, kind: str) -> Path:

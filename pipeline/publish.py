@@ -1,32 +1,40 @@
-"""Publish committed results to Kafka: one JSON message per result row on ``netmon.<kind>``.
+"""Publish committed results to Kafka: JSON Lines messages of result rows on ``netmon.<kind>``.
 
 Spark's file sink is the system of record (exactly once, checkpointed). The driver republishes each
 newly committed Parquet file once, so consumers such as ``netmon alerts`` can subscribe instead of
 polling files, and no second streaming query recomputes the results. Delivery is at least once: a
-file is marked published only once the broker acknowledged every one of its rows (each send's
-future is checked after the flush); a file with a row not acknowledged stays unpublished and is
-sent again, whole, at the next poll, and a crash between the acknowledgements and the mark
+file is marked published only once the broker acknowledged every message holding its rows (each
+send's future is checked after the flush); a file with a row not acknowledged stays unpublished and
+is sent again, whole, at the next poll, and a crash between the acknowledgements and the mark
 republishes it too, so consumers dedupe on the row's identity (kind, query, window, key/group).
 The mark (``<data>/checkpoints/publish/<kind>.json``: the published files, by their path under
 the kind's results directory) is written to a temporary file, fsynced, renamed over the old one,
 and the directory fsynced: a power cut leaves the old mark or the new one, never a torn one.
 
-Message layout (documented in ``docs/results.md``):
+Message layout (result version 2, documented in ``docs/results.md``):
 
-- value: the row as a JSON object, timestamps as ISO-8601 UTC strings, binary columns omitted;
-- key: the row's ``query`` (or the kind), so one query's rows stay ordered on one partition;
-- headers: ``netmon.kind`` = the kind, ``netmon.result-version`` = ``1``.
+- value: rows as JSON Lines (one JSON object per line, each ending with ``\\n``), in event-time
+  order, up to :data:`MESSAGE_BYTES` per message; timestamps as ISO-8601 UTC strings, binary
+  columns omitted;
+- key: the kind, so a kind's messages stay in order on one partition;
+- headers: ``netmon.kind`` = the kind, ``netmon.result-version`` = ``2``, ``netmon.rows`` = the
+  rows in the message.
+
+Version 1 sent one message per row: a replayed day (millions of report rows, one per item per
+one-second slide) took kafka-python minutes of sends, longer than the pipeline took to compute
+them. Encoding is column-wise (:func:`pipeline.result_json.json_lines`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -34,58 +42,60 @@ import pyarrow.parquet as pq
 from netmon.config import Config
 from netmon.kafka_admin import close_producer
 from netmon.results import checkpoint_dir, result_files, result_topic, results_dir
+from pipeline.result_json import json_lines, row_to_json
 
-__all__ = ["RESULT_VERSION", "ResultPublisher", "row_to_json"]
+__all__ = ["MESSAGE_BYTES", "RESULT_VERSION", "ResultPublisher", "row_to_json"]
 
 log = logging.getLogger(__name__)
 
-RESULT_VERSION = 1
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-    return value
-
-
-def row_to_json(row: dict[str, Any]) -> bytes:
-    """One result row as compact JSON (binary columns dropped)."""
-    plain = {k: _plain(v) for k, v in row.items() if not isinstance(v, bytes | bytearray)}
-    return json.dumps(plain, separators=(",", ":"), sort_keys=True).encode()
-
+RESULT_VERSION = 2
+#: the most JSON text one message carries (a single longer row goes alone); the broker's default
+#: limit on a message is 1 MiB
+MESSAGE_BYTES = 256 * 1024
+#: rows encoded at a time (bounds the text held in memory)
+_ENCODE_ROWS = 250_000
 
 #: the first of these a kind's rows have is their event time (as ``alerts.rules`` reads it)
 TIME_COLUMNS = ("window_end", "event_time", "batch_time", "ts", "left_ts")
 
+_FILE_INDEX = "__netmon_file"
 
-def _in_time_order(tables: list[pa.Table]) -> list[dict[str, Any]]:
-    """The rows of newly committed files in event-time order (stable: ties keep file order).
+
+def _in_time_order(tables: list[pa.Table]) -> pa.Table:
+    """The rows of newly committed files in event-time order (stable: ties keep file order), with
+    the index of each row's table in ``tables`` in the column :data:`_FILE_INDEX`.
 
     A micro-batch writes one file per partition, each in its own order; consumers that evaluate
     rows in arrival order (``netmon alerts``) see time move forward instead of back and forth.
     """
-    return [row for _, row in _rows_by_file(tables)]
-
-
-_FILE_INDEX = "__netmon_file"
-
-
-def _rows_by_file(tables: list[pa.Table]) -> list[tuple[int, dict[str, Any]]]:
-    """(index of the row's table in ``tables``, row) in :func:`_in_time_order`'s order."""
     tagged = [
-        t.append_column(_FILE_INDEX, pa.array([i] * t.num_rows, pa.int32()))
+        t.append_column(_FILE_INDEX, pa.array(np.full(t.num_rows, i, np.int32)))
         for i, t in enumerate(tables)
         if t.num_rows
     ]
     if not tagged:
-        return []
+        return pa.table({_FILE_INDEX: pa.array([], pa.int32())})
     table = pa.concat_tables(tagged, promote_options="default")
     column = next((c for c in TIME_COLUMNS if c in table.column_names), None)
     if column is not None:
         table = table.take(pc.sort_indices(table, [(column, "ascending", "at_end")]))
-    return [(row.pop(_FILE_INDEX), row) for row in table.to_pylist()]
+    return table
+
+
+def _messages(lines: pa.Array) -> Iterator[tuple[int, int, bytes]]:
+    """(first row, end row, value) of each message: consecutive lines up to :data:`MESSAGE_BYTES`.
+
+    The value is a slice of the array's text buffer (the lines already end with a newline).
+    """
+    lines = pc.cast(lines, pa.large_string())  # 64-bit offsets: no limit on the text's size
+    _, offsets_buffer, data = lines.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    start = 0
+    while start < len(lines):
+        end = int(np.searchsorted(offsets, offsets[start] + MESSAGE_BYTES, side="right")) - 1
+        end = max(end, start + 1)
+        yield start, end, data[int(offsets[start]) : int(offsets[end])].to_pybytes()
+        start = end
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -152,6 +162,7 @@ class ResultPublisher:
                 bootstrap_servers=self.cfg.kafka.bootstrap,
                 acks="all",
                 linger_ms=20,
+                compression_type="lz4",  # JSON of repeated keys and names: several times smaller
                 client_id="netmon-results",
                 # a broker that stopped answering must not block the driver's poll for long
                 max_block_ms=10_000,
@@ -193,25 +204,32 @@ class ResultPublisher:
 
         producer = self._ensure_producer()
         topic = result_topic(self.cfg, kind)
-        headers = [("netmon.kind", kind.encode()), ("netmon.result-version", b"1")]
+        key = kind.encode()
         ok = set(range(len(tables)))
-        sends: list[tuple[int, Any]] = []
+        sends: list[tuple[np.ndarray, Any]] = []
         first_error: BaseException | None = None
-        for i, row in _rows_by_file(tables):
-            if i not in ok:
-                continue  # the file is retried whole anyway
-            key = str(row.get("query") or kind).encode()
-            try:
-                sends.append((i, producer.send(topic, row_to_json(row), key=key, headers=headers)))
-            except KafkaTimeoutError:
-                raise  # blocked: the broker is away, retry everything next poll
-            except Exception as exc:  # noqa: BLE001 - this row cannot be sent: its file waits
-                ok.discard(i)
-                first_error = first_error or exc
+        ordered = _in_time_order(tables)
+        files = ordered.column(_FILE_INDEX).to_numpy()
+        rows = ordered.drop_columns([_FILE_INDEX])
+        for begin in range(0, rows.num_rows, _ENCODE_ROWS):
+            for first, end, value in _messages(json_lines(rows.slice(begin, _ENCODE_ROWS))):
+                holders = np.unique(files[begin + first : begin + end])
+                headers = [
+                    ("netmon.kind", kind.encode()),
+                    ("netmon.result-version", str(RESULT_VERSION).encode()),
+                    ("netmon.rows", str(end - first).encode()),
+                ]
+                try:
+                    sends.append((holders, producer.send(topic, value, key=key, headers=headers)))
+                except KafkaTimeoutError:
+                    raise  # blocked: the broker is away, retry everything next poll
+                except Exception as exc:  # noqa: BLE001 - these rows cannot be sent: their files wait
+                    ok.difference_update(holders.tolist())
+                    first_error = first_error or exc
         producer.flush(timeout=30)
-        for i, future in sends:
+        for holders, future in sends:
             if not future.succeeded():
-                ok.discard(i)
+                ok.difference_update(holders.tolist())
                 first_error = first_error or future.exception or TimeoutError("not acknowledged")
         if first_error is not None:
             log.warning(

@@ -22,8 +22,10 @@ def distinct_row(t: float, group: str, distinct: int, *, query: str = "ddos-sour
     return {"query": query, "window_end": at(t), "group": group, "distinct": distinct, "rank": 1}
 
 
-def produce(cfg: Config, kind: str, rows: list[dict]) -> None:
-    """Publish result rows exactly as ``pipeline.publish`` does (JSON, key = query, headers)."""
+def produce(cfg: Config, kind: str, rows: list[dict], *, per_message: int = 3) -> None:
+    """Publish result rows as ``pipeline.publish`` does (version 2: JSON Lines messages, key = the
+    kind, headers); ``per_message`` rows per message so consumers meet rows across message
+    boundaries."""
     from kafka import KafkaProducer
 
     from netmon.kafka_admin import ensure_topic
@@ -32,10 +34,17 @@ def produce(cfg: Config, kind: str, rows: list[dict]) -> None:
     ensure_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions)
     producer = KafkaProducer(bootstrap_servers=cfg.kafka.bootstrap, acks="all", linger_ms=5)
     try:
-        headers = [("netmon.kind", kind.encode()), ("netmon.result-version", b"1")]
-        for row in rows:
-            value = json.dumps(row, separators=(",", ":"), sort_keys=True).encode()
-            producer.send(topic, value, key=str(row.get("query") or kind).encode(), headers=headers)
+        for start in range(0, len(rows), per_message):
+            chunk = rows[start : start + per_message]
+            value = b"".join(
+                json.dumps(r, separators=(",", ":"), sort_keys=True).encode() + b"\n" for r in chunk
+            )
+            headers = [
+                ("netmon.kind", kind.encode()),
+                ("netmon.result-version", b"2"),
+                ("netmon.rows", str(len(chunk)).encode()),
+            ]
+            producer.send(topic, value, key=kind.encode(), headers=headers)
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=10)

@@ -242,7 +242,7 @@ def test_crash_between_outbox_and_commit_loses_and_duplicates_nothing(
     rows = [distinct_row(t, "10.0.0.5", 305) for t in (1, 2)] + [
         distinct_row(t, "6.6.6.6", 500, query=SCAN_Q) for t in (1, 2)
     ]
-    produce(kafka_cfg, "distinct", rows)
+    produce(kafka_cfg, "distinct", rows, per_message=1)  # one row per offset: offsets count rows
     log = tmp_path / "crashed.log"
     with log.open("w") as err:
         crashed = subprocess.Popen(
@@ -270,7 +270,7 @@ def test_crash_between_outbox_and_commit_loses_and_duplicates_nothing(
     rows = [distinct_row(t, "10.0.0.7", 900) for t in (3, 4)] + [
         distinct_row(t, "10.0.0.53", 3, query=SCAN_Q) for t in (3, 4)
     ]
-    produce(kafka_cfg, "distinct", rows)
+    produce(kafka_cfg, "distinct", rows, per_message=1)
     # netmon restarts while the receiver is still down; the receiver comes up 2 s later
     restarted = subprocess.Popen(
         [sys.executable, "-c", BOOT, "alerts", "run", "--idle-exit", "1.5"],

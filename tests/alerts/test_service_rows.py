@@ -150,10 +150,33 @@ def test_malformed_rows_are_counted_logged_once_and_skipped_and_alerting_goes_on
     assert invoke(state_cfg, "list").output.splitlines()[-1].endswith("malformed result rows skipped: 8")
 
 
+def test_a_message_of_several_rows_evaluates_each_and_skips_only_its_bad_lines(state_cfg: Config) -> None:
+    topic = result_topic(state_cfg, "distinct")
+    consumer = FakeConsumer()
+    lines = [
+        json.dumps(distinct_row(1, "10.0.0.5", 300)),
+        "{not json",
+        json.dumps(["a list"]),
+        json.dumps(distinct_row(2, "10.0.0.6", 250)),
+    ]
+    v2 = [("netmon.kind", b"distinct"), ("netmon.result-version", b"2"), ("netmon.rows", b"4")]
+    consumer.add(topic, 0, [("\n".join(lines).encode() + b"\n", v2)])
+    service = service_with(state_cfg, consumer)
+    try:
+        batch = service.poll_once(0)
+    finally:
+        service.close()
+    assert (batch.rows, batch.bad, batch.notifications) == (2, 2, 2)  # both good rows fire
+    assert consumer.commits == [{(topic, 0): 1}]  # the one message is done
+    with Outbox(outbox_path(state_cfg.paths.state_dir), readonly=True) as outbox:
+        skipped = {k: v["count"] for k, v in outbox.skipped().items()}
+    assert skipped == {"value is not JSON": 1, "value is not a JSON object": 1}
+
+
 def test_an_unknown_result_version_is_skipped_and_counted(state_cfg: Config) -> None:
     topic = result_topic(state_cfg, "distinct")
     consumer = FakeConsumer()
-    newer = [("netmon.kind", b"distinct"), ("netmon.result-version", b"2")]
+    newer = [("netmon.kind", b"distinct"), ("netmon.result-version", b"3")]
     consumer.add(
         topic, 0, [row(distinct_row(1, "10.0.0.5", 300), newer), row(distinct_row(1, "10.0.0.5", 300))]
     )
@@ -164,7 +187,7 @@ def test_an_unknown_result_version_is_skipped_and_counted(state_cfg: Config) -> 
         service.close()
     assert (batch.rows, batch.bad, batch.notifications) == (1, 1, 1)
     with Outbox(outbox_path(state_cfg.paths.state_dir), readonly=True) as outbox:
-        assert {k: v["count"] for k, v in outbox.skipped().items()} == {"unknown result version b'2'": 1}
+        assert {k: v["count"] for k, v in outbox.skipped().items()} == {"unknown result version b'3'": 1}
 
 
 # --- targets checked at start -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ingest import read_records
 from ingest.replay import ReplayOptions, replay
 from netmon.config import Config, DistinctQuery
 from netmon.kafka_admin import recreate_topic
-from netmon.results import read_results, results_dir
+from netmon.results import message_rows, read_results, results_dir
 from pipeline.distinct import COLUMNS, batch_sketches, chains_of, offline_query
 from pipeline.job import start_pipeline
 from tests.conftest import REPO_ROOT
@@ -102,7 +102,8 @@ def _published(cfg: Config, count: int) -> list[dict]:
     rows = []
     for message in consumer:
         assert dict(message.headers)["netmon.kind"] == b"distinct"
-        rows.append(json.loads(message.value))
+        version = dict(message.headers).get("netmon.result-version")
+        rows += [json.loads(text) for text in message_rows(message.value, version)]
         if len(rows) >= count:
             break
     consumer.close()

@@ -11,7 +11,7 @@ import pytest
 from ingest.replay import ReplayOptions, replay
 from netmon.config import Config
 from netmon.kafka_admin import recreate_topic
-from netmon.results import read_results, results_dir
+from netmon.results import message_rows, read_results, results_dir
 from pipeline.job import Pipeline, start_pipeline
 from tests.conftest import REPO_ROOT
 from tests.pipeline.oracle import traffic_per_window
@@ -100,7 +100,8 @@ def _consume_json(bootstrap: str, topic: str, count: int) -> list[dict]:
     rows = []
     for message in consumer:
         assert dict(message.headers)["netmon.kind"] == b"traffic"
-        rows.append(json.loads(message.value))
+        version = dict(message.headers).get("netmon.result-version")
+        rows += [json.loads(text) for text in message_rows(message.value, version)]
         if len(rows) >= count:
             break
     consumer.close()

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from netmon.config import Config
-from netmon.results import COMMITS, checkpoint_dir, result_topic, results_dir
-from pipeline.publish import ResultPublisher, _in_time_order
+from netmon.results import COMMITS, checkpoint_dir, message_rows, result_topic, results_dir
+from pipeline.publish import _FILE_INDEX, MESSAGE_BYTES, ResultPublisher, _in_time_order, _messages
 
 
 def _t(s: int) -> dt.datetime:
@@ -27,15 +27,16 @@ def test_rows_of_several_files_are_sorted_by_their_time_column_stably() -> None:
     a = pa.table({"query": ["hs", "hs", "hs"], "left_ts": [_t(9), _t(2), _t(5)], "n": [1, 2, 3]})
     b = pa.table({"query": ["hs", "hs"], "left_ts": [_t(5), None], "n": [4, 5]})
     rows = _in_time_order([a, pa.table({"query": pa.array([], pa.string())}), b])
-    assert [r["n"] for r in rows] == [2, 3, 4, 1, 5]  # ties keep file order; no time goes last
+    assert rows.column("n").to_pylist() == [2, 3, 4, 1, 5]  # ties keep file order; no time goes last
+    assert rows.column(_FILE_INDEX).to_pylist() == [0, 0, 2, 0, 2]  # each row's file
 
 
 def test_window_end_wins_over_other_time_columns_and_rows_without_time_keep_their_order() -> None:
     t = pa.table({"window_start": [_t(0), _t(5)], "window_end": [_t(9), _t(3)], "n": [1, 2]})
-    assert [r["n"] for r in _in_time_order([t])] == [2, 1]
+    assert _in_time_order([t]).column("n").to_pylist() == [2, 1]
     plain = pa.table({"n": [3, 1, 2]})
-    assert [r["n"] for r in _in_time_order([plain])] == [3, 1, 2]
-    assert _in_time_order([]) == []
+    assert _in_time_order([plain]).column("n").to_pylist() == [3, 1, 2]
+    assert _in_time_order([]).num_rows == 0
 
 
 # --- what is marked published, and how (real broker) ----------------------------------------------
@@ -65,7 +66,12 @@ def _rows(batch: int, n: int) -> pa.Table:
 def _published(bootstrap: str, topic: str) -> list[dict]:
     from tests.ingest.kafka_util import consume_all
 
-    return [json.loads(m.value) for m in consume_all(bootstrap, topic)]
+    messages = consume_all(bootstrap, topic)
+    for m in messages:  # version 2: JSON Lines, several rows per message, counted in a header
+        headers = dict(m.headers)
+        assert headers["netmon.result-version"] == b"2"
+        assert int(headers["netmon.rows"]) == len(message_rows(m.value, b"2"))
+    return [json.loads(text) for m in messages for text in message_rows(m.value, b"2")]
 
 
 @pytest.fixture
