@@ -408,6 +408,17 @@ class RuleEngine:
         """The result kinds some rule reads."""
         return tuple(sorted(self._by_kind))
 
+    def queries(self, kind: str) -> frozenset[str] | None:
+        """The queries the rules of ``kind`` read, or None when one of them reads every query.
+
+        A row of another query changes nothing (:meth:`observe` returns at once for it), so a
+        consumer may skip it unread.
+        """
+        rules = self._by_kind.get(kind, ())
+        if any(not r.query for r in rules):
+            return None
+        return frozenset(r.query for r in rules)
+
     # --- evaluation ---------------------------------------------------------------------------
 
     def observe(self, kind: str, row: Mapping[str, Any]) -> list[Notification]:

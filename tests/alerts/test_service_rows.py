@@ -7,8 +7,10 @@ headers); the outbox, the engine and the CLI are the real ones. The same through
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +173,37 @@ def test_a_message_of_several_rows_evaluates_each_and_skips_only_its_bad_lines(s
     with Outbox(outbox_path(state_cfg.paths.state_dir), readonly=True) as outbox:
         skipped = {k: v["count"] for k, v in outbox.skipped().items()}
     assert skipped == {"value is not JSON": 1, "value is not a JSON object": 1}
+
+
+def test_rows_of_queries_no_rule_reads_are_skipped_unparsed_and_the_rest_alert_as_before(
+    state_cfg: Config,
+) -> None:
+    topic = result_topic(state_cfg, "distinct")
+    only = dataclasses.replace(DDOS, query="ddos-sources-per-destination")
+    rows = [
+        distinct_row(1, "10.0.0.5", 300),  # read: fires
+        distinct_row(1, "10.0.0.9", 900, query="scan-ports-per-source"),  # no rule reads it
+        distinct_row(2, "10.0.0.6", 250, query='odd "name" é'),
+        distinct_row(2, "10.0.0.7", 260, query="ddos-sources-per-destination-2"),  # a longer name
+    ]
+    lines = [json.dumps(r, separators=(",", ":"), sort_keys=True) for r in rows] + ["{not json"]
+    v2 = [("netmon.kind", b"distinct"), ("netmon.result-version", b"2"), ("netmon.rows", b"5")]
+    outcomes = []
+    for rule in (only, DDOS):
+        consumer = FakeConsumer()
+        consumer.add(topic, 0, [("\n".join(lines).encode() + b"\n", v2)])
+        alerts = AlertsConfig(retry_initial_s=0.05, retry_max_s=0.2, poll_s=0.05)
+        shutil.rmtree(state_cfg.paths.state_dir, ignore_errors=True)
+        service = AlertService(state_cfg, alerts, rules=[rule]).open(consumer=consumer)
+        try:
+            batch = service.poll_once(0)
+            outcomes.append((batch.rows, batch.bad, batch.notifications, service.totals.unread))
+        finally:
+            service.close()
+    # Only the rule's query is read: the longer name holds it as a prefix, not as a JSON string;
+    # the bad line names no query a rule reads, so it cannot matter (skipped unparsed).
+    assert outcomes[0] == (1, 0, 1, 4)
+    assert outcomes[1] == (4, 1, 4, 0)  # a rule over every query: every line parsed
 
 
 def test_an_unknown_result_version_is_skipped_and_counted(state_cfg: Config) -> None:
