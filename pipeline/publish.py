@@ -77,9 +77,18 @@ def _in_time_order(tables: list[pa.Table]) -> pa.Table:
         return pa.table({_FILE_INDEX: pa.array([], pa.int32())})
     table = pa.concat_tables(tagged, promote_options="default")
     column = next((c for c in TIME_COLUMNS if c in table.column_names), None)
-    if column is not None:
+    if column is not None and not _ascending(table.column(column)):
         table = table.take(pc.sort_indices(table, [(column, "ascending", "at_end")]))
     return table
+
+
+def _ascending(column: pa.ChunkedArray) -> bool:
+    """Whether a time column is already in order without nulls (a per-batch kind's one file
+    usually is): a sort of millions of rows is then skipped."""
+    if column.null_count or not pa.types.is_timestamp(column.type):
+        return False
+    values = pc.cast(column, pa.int64()).to_numpy()
+    return bool(np.all(values[1:] >= values[:-1]))
 
 
 def _messages(lines: pa.Array) -> Iterator[tuple[int, int, bytes]]:

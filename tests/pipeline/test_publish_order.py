@@ -15,7 +15,7 @@ import pytest
 
 from netmon.config import Config
 from netmon.results import COMMITS, checkpoint_dir, message_rows, result_topic, results_dir
-from pipeline.publish import _FILE_INDEX, MESSAGE_BYTES, ResultPublisher, _in_time_order, _messages
+from pipeline.publish import _FILE_INDEX, ResultPublisher, _in_time_order
 
 
 def _t(s: int) -> dt.datetime:
@@ -37,6 +37,33 @@ def test_window_end_wins_over_other_time_columns_and_rows_without_time_keep_thei
     plain = pa.table({"n": [3, 1, 2]})
     assert _in_time_order([plain]).column("n").to_pylist() == [3, 1, 2]
     assert _in_time_order([]).num_rows == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_order_is_a_stable_sort_whether_or_not_the_files_are_already_in_order(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    tables = []
+    for f in range(rng.randint(1, 3)):
+        times = [rng.randint(0, 5) for _ in range(rng.randint(0, 8))]
+        if rng.random() < 0.5:
+            times.sort()  # the usual case: one file per batch, in order
+        none = rng.random() < 0.2 and times
+        stamps = [None if none and i == 0 else _t(x) for i, x in enumerate(times)]
+        tables.append(
+            pa.table(
+                {
+                    "window_end": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                    "n": [(f, i) for i in range(len(times))],
+                }
+            )
+        )
+    rows = [(f, r) for f, t in enumerate(tables) for r in t.to_pylist()]
+    by_time = sorted(rows, key=lambda fr: (fr[1]["window_end"] is None, fr[1]["window_end"] or _t(0)))
+    got = _in_time_order(tables)
+    assert got.column("n").to_pylist() == [r["n"] for _, r in by_time]
+    assert got.column(_FILE_INDEX).to_pylist() == [f for f, _ in by_time]
 
 
 # --- what is marked published, and how (real broker) ----------------------------------------------
