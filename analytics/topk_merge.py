@@ -47,6 +47,7 @@ class TopKMerge:
         self.params = params
         self._topk = algorithm or SubWindowTopK(params.N, params.b, params.k, time_based=True)
         self._totals: deque[tuple[int, int]] = deque()  # (sub-window index, total), this window only
+        self._window_total = 0  # the sum of _totals: a report adds and drops one total, not N/b
         self._n_sub = params.N // params.b
 
     @property
@@ -55,20 +56,34 @@ class TopKMerge:
 
     def add_subwindow(self, counts: Mapping[str, int], index: int, total: int) -> list[tuple[Any, ...]]:
         """Merge sub-window ``index``; rows ``(window_end_ns, delta, rank, key, count, total)``."""
-        reports = self._topk.add_subwindow_indexed(counts, index)
-        self._totals.append((index, int(total)))
+        # Unframed reports (closing index, delta, items): the rows need neither dicts nor ISO text.
+        reports = self._topk.add_subwindow_top(counts, index)
+        totals = self._totals
+        total = int(total)
+        b, n_sub = self.params.b, self._n_sub
+        added = False
         rows: list[tuple[Any, ...]] = []
-        # Each report with the sub-window whose closing made it (windows without data make none).
-        for closing, report in reports:
-            end_ns = (closing + 1) * self.params.b
-            window_total = sum(t for i, t in self._totals if closing - self._n_sub < i <= closing)
-            delta = int(report["delta"])
-            if not report["items"]:
+        # Each report with the sub-window whose closing made it (windows without data make none);
+        # closings ascend, so the window total moves forward: add sub-window `index`'s total when
+        # its own window is reported (the last one), drop those that left each window.
+        for closing, delta, items in reports:
+            if closing >= index and not added:
+                totals.append((index, total))
+                self._window_total += total
+                added = True
+            while totals and totals[0][0] <= closing - n_sub:
+                self._window_total -= totals.popleft()[1]
+            end_ns = (closing + 1) * b
+            window_total = self._window_total
+            if not items:
                 rows.append((end_ns, delta, 0, None, None, window_total))
-            for rank, item in enumerate(report["items"], 1):
-                rows.append((end_ns, delta, rank, item["key"], int(item["count"]), window_total))
-        while self._totals[0][0] <= index - self._n_sub:  # keep this window's totals only
-            self._totals.popleft()
+            for rank, (key, count) in enumerate(items, 1):
+                rows.append((end_ns, delta, rank, key, count, window_total))
+        if not added:
+            totals.append((index, total))
+            self._window_total += total
+        while totals[0][0] <= index - n_sub:  # keep this window's totals only
+            self._window_total -= totals.popleft()[1]
         return rows
 
     def to_bytes(self) -> bytes:
@@ -102,5 +117,7 @@ class TopKMerge:
         merge = cls(params, topk)
         (n,) = struct.unpack_from("<I", data, 5 + size)
         for j in range(n):
-            merge._totals.append(struct.unpack_from("<qq", data, 9 + size + 16 * j))
+            i, t = struct.unpack_from("<qq", data, 9 + size + 16 * j)
+            merge._totals.append((i, t))
+            merge._window_total += t
         return merge
