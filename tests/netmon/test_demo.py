@@ -54,3 +54,29 @@ def test_dashboard_renders_demo_results(demo_run, monkeypatch) -> None:
     assert len(at.get("plotly_chart")) == 2
     at.switch_page("pages/pipeline_status.py").run()
     assert not at.exception
+
+
+def test_the_demo_alert_service_runs_in_a_child_at_lower_priority_and_stops(
+    kafka_broker, netmon_config, tmp_path
+) -> None:
+    import multiprocessing
+    import os
+    import time
+
+    from alerts.outbox import outbox_path
+    from cli.demo import _start_alerts
+
+    cfg = demo_config(
+        netmon_config.replace(paths={"state_dir": tmp_path / "state", "data_dir": tmp_path / "data"})
+    )
+    stop = _start_alerts(cfg)
+    try:
+        (child,) = [c for c in multiprocessing.active_children() if c.name == "netmon-demo-alerts"]
+        deadline = time.monotonic() + 60
+        while not outbox_path(cfg.paths.state_dir).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert outbox_path(cfg.paths.state_dir).exists()  # the service opened its outbox: it runs
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 10
+    finally:
+        stop()
+    assert not child.is_alive() and child.exitcode == 0  # stopped by its event, not terminated
