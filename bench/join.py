@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import statistics
 import tempfile
 import threading
@@ -194,13 +193,15 @@ def _run_strategy(
 
 
 def _stats(cfg: Any) -> list[dict[str, Any]]:
-    """The controller's per-batch JSON rows (``<data>/control/joins/stats``), oldest first."""
-    from pipeline.joins import stats_dir
+    """The controller's per-batch rows (the ``shedding`` kind's committed results), oldest first;
+    times as ISO text (the bench's ``--json``)."""
+    from netmon.results import read_results, results_dir
 
-    rows: list[dict[str, Any]] = []
-    for path in sorted(stats_dir(cfg).glob("batch-*.json")):
-        rows.extend(json.loads(line) for line in path.read_text().splitlines() if line)
-    return rows
+    table = read_results(results_dir(cfg, "shedding"))
+    if table is None:
+        return []
+    rows = table.sort_by("batch_id").to_pylist()
+    return [{k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()} for row in rows]
 
 
 def _median(values: list[float]) -> float | None:

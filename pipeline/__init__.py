@@ -3,10 +3,12 @@
 ``session`` builds the one SparkSession; ``source`` reads and decodes Kafka; ``job`` starts one
 shared query that reads Kafka once and hands each micro-batch to the batch kinds — ``traffic``
 and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass) and ``distinct`` —
-plus the joins' own streaming queries (``joins`` with ``join_state`` and the live
-``shedding_controller``), and follows their progress. ``batch_state`` keeps a batch kind's state
+plus the joins' own streaming query (``joins`` with ``join_state``; the live
+``shedding_controller`` runs in its progress listener and commits the ``shedding`` rows), and
+follows their progress. ``batch_state`` keeps a batch kind's state
 per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
-stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka.
+stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
+(``result_json`` writes their rows as JSON, a column at a time).
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
 
@@ -23,6 +25,7 @@ __all__ = [
     "joins",
     "partials",
     "publish",
+    "result_json",
     "session",
     "shedding_controller",
     "source",

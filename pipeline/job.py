@@ -6,8 +6,10 @@
   micro-batch is cached and handed to every *batch kind* in turn — traffic, top-k and distinct
   counts — each of which keeps its own state beside its checkpoint and commits its rows per batch
   (``pipeline.batch_sink``), so a batch that Spark runs again after a crash rewrites the same rows;
-- **stream kinds** (the joins and their shedding statistics) as their own streaming queries: the
-  join keeps its per-bucket state in Spark's state store (``transformWithStateInPandas``).
+- **stream kinds** (the joins) as their own streaming queries: the join keeps its per-bucket
+  state in Spark's state store (``transformWithStateInPandas``);
+- **listener kinds** (the joins' shedding statistics) without a query: a listener on the driver
+  follows another kind's query and commits its rows per micro-batch of that query.
 
 ``Pipeline`` follows the queries' progress (per kind: packets, malformed records, late rows, its
 share of the batch time) and writes a small status file the dashboard and ``netmon demo`` read.
@@ -59,11 +61,13 @@ from pipeline.source import kafka_stream, raw_messages
 __all__ = [
     "ALL",
     "KINDS",
+    "LISTENER_DRAIN_S",
     "LOCK_FILE",
     "MAX_OUTAGE_RESTARTS",
     "SHARED_QUERY",
     "STOP_GRACE_S",
     "BatchStopped",
+    "KindListener",
     "Pipeline",
     "PipelineRunning",
     "ResultKind",
@@ -76,6 +80,24 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class KindListener(Protocol):
+    """What the pipeline reads of a listener kind's listener (``pipeline.joins.SheddingListener``)."""
+
+    #: batches committed, their rows, the id of the last, the time the last commit took
+    commits: int
+    rows: int
+    last_batch_id: int
+    seconds: float
+
+    def drained(self, run_id: str, timeout_s: float, /) -> bool:
+        """Whether every progress of that run of the followed query was handled (waits)."""
+        ...
+
+    def close(self) -> None:
+        """Stop following (unregister from the session)."""
+        ...
 
 
 class CountingKind(Protocol):
@@ -91,17 +113,33 @@ class CountingKind(Protocol):
 class ResultKind:
     """How the pipeline runs a result kind; its rows go to ``results/<name>/``.
 
-    Exactly one of ``batch`` (a function on the shared micro-batch, built from the config and
-    the kind's results and checkpoint directories) and ``stream`` (its own streaming queries,
-    built from the session and the config, reading Kafka itself: ``{name: DataFrame | BatchOutput}``)
-    is set.
+    Exactly one of these is set:
+
+    - ``batch``: a function on the shared micro-batch, built from the config and the kind's
+      results and checkpoint directories;
+    - ``stream``: its own streaming queries, built from the session and the config, reading
+      Kafka itself (``{name: DataFrame | BatchOutput}``);
+    - ``listener``: no query of its own. A ``StreamingQueryListener``, registered on the session
+      before the query of the kind it ``follows`` starts, commits the rows at each progress of
+      that query: one commit per micro-batch, named by that query's batch id
+      (``pipeline.batch_sink``). It runs only when the kind it follows runs; its status line is
+      its commits, and it shares the followed query's ``active``.
     """
 
     name: str
     batch: Callable[[Config, Path, Path], CountingKind] | None = None
     stream: Callable[[SparkSession, Config], dict[str, Any]] | None = None
+    listener: Callable[[SparkSession, Config], KindListener] | None = None
+    #: the kind whose query a listener kind follows
+    follows: str | None = None
     #: does the kind have configured queries (else it is skipped)
     configured: Callable[[Config], bool] = lambda cfg: True
+
+    def __post_init__(self) -> None:
+        if sum(f is not None for f in (self.batch, self.stream, self.listener)) != 1:
+            raise ValueError(f"kind {self.name!r}: exactly one of batch, stream and listener")
+        if (self.listener is None) != (self.follows is None):
+            raise ValueError(f"kind {self.name!r}: a listener kind, and only one, follows a kind")
 
 
 #: Every result kind, in the order a shared batch runs them.
@@ -113,8 +151,13 @@ KINDS: dict[str, ResultKind] = {
         ResultKind(
             "distinct", batch=distinct.build_distinct_batch, configured=lambda cfg: bool(cfg.queries.distinct)
         ),
-        ResultKind("joins", stream=joins.build_join_outputs),
-        ResultKind("shedding", stream=joins.build_shedding_outputs),
+        ResultKind("joins", stream=joins.build_join_outputs, configured=lambda cfg: bool(cfg.queries.join)),
+        ResultKind(
+            "shedding",
+            listener=joins.start_shedding,
+            follows="joins",
+            configured=lambda cfg: bool(cfg.queries.join),
+        ),
     )
 }
 assert tuple(KINDS) == RESULT_KINDS, "pipeline.job.KINDS and netmon.config.RESULT_KINDS name the same kinds"
@@ -128,6 +171,9 @@ MAX_OUTAGE_RESTARTS = 3
 
 #: How long :meth:`Pipeline.poll` waits for the broker's answer before restarting a query.
 BROKER_CHECK_S = 2.0
+
+#: How long :meth:`Pipeline.stop` waits for a listener kind to handle its query's last progress.
+LISTENER_DRAIN_S = 10.0
 
 #: The lock a running pipeline holds on its data directory (``<data>/pipeline.lock``).
 LOCK_FILE = PIPELINE_LOCK
@@ -404,6 +450,8 @@ class Pipeline:
     starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
     #: query name -> its ``foreachBatch`` function's stop guard (queries with a batch function)
     guards: dict[str, StoppableBatch] = field(default_factory=dict)
+    #: listener kind -> (the query it follows, its listener)
+    listeners: dict[str, tuple[str, KindListener]] = field(default_factory=dict)
     #: query name -> restarts after broker outages
     restarts: dict[str, int] = field(default_factory=dict)
     #: the lock on the data directory, held until :meth:`stop`
@@ -466,6 +514,12 @@ class Pipeline:
                         shared.totals["malformed"],
                         shared.totals["future"],
                     )
+        for kind, (_, listener) in self.listeners.items():
+            # No query of its own: its batches are the followed query's batches it committed.
+            st = self.stats.setdefault(kind, QueryStats())
+            st.batches, st.input_rows = listener.commits, listener.rows
+            st.last_batch_id = listener.last_batch_id
+            st.kind_ms = round(listener.seconds * 1000)
         if self.publisher is not None:
             self.publisher.publish()
         self._write_status()
@@ -485,6 +539,8 @@ class Pipeline:
         tmp.replace(path)
 
     def _query_of(self, kind: str) -> StreamingQuery:
+        if kind in self.listeners:
+            return self.queries[self.listeners[kind][0]]
         for name, kinds in self.feeds.items():
             if kind in kinds:
                 return self.queries[name]
@@ -580,8 +636,9 @@ class Pipeline:
 
         The running batch commits as usual; a batch that begins meanwhile, or one still running
         after ``grace_s``, is cut short and runs again (same offsets) at the next start
-        (:class:`StoppableBatch`). Then the status file is written and the data directory's lock
-        released.
+        (:class:`StoppableBatch`). A listener kind then handles the last progress of the query it
+        follows (up to :data:`LISTENER_DRAIN_S`) and is unregistered. Then the status file is
+        written and the data directory's lock released.
         """
         self._stopping = True
         try:
@@ -604,12 +661,28 @@ class Pipeline:
                 if name in self.guards:
                     self.guards[name].released.set()
                 query.stop()
+            self._drain_listeners()
             self._outages.clear()
             self.poll()
         finally:
+            for _, listener in self.listeners.values():
+                listener.close()
             if self.publisher is not None:
                 self.publisher.close()
             self._unlock()
+
+    def _drain_listeners(self) -> None:
+        """Wait until each listener kind has handled every progress of the (stopped) query it follows."""
+        for kind, (name, listener) in self.listeners.items():
+            try:
+                run_id = str(self.queries[name].runId)
+            except Exception:  # noqa: BLE001 - the JVM is going away: nothing more will come
+                continue
+            if not listener.drained(run_id, LISTENER_DRAIN_S):
+                log.warning(
+                    "a listener kind did not handle the last progress of its query in time",
+                    extra={"kind": kind, "query": name, "waited_s": LISTENER_DRAIN_S},
+                )
 
     def _unlock(self) -> None:
         lock, self.lock = self.lock, None
@@ -686,12 +759,16 @@ def start_pipeline(
             raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
     lock = _lock(cfg)
     queries: dict[str, StreamingQuery] = {}
+    listeners: dict[str, KindListener] = {}
     try:
-        return _start(spark, cfg, chosen, available_now, lock, queries)
+        return _start(spark, cfg, chosen, available_now, lock, queries, listeners)
     except BaseException:
         for query in queries.values():
             with contextlib.suppress(Exception):  # stopping on the way out: nothing more to do
                 query.stop()
+        for listener in listeners.values():
+            with contextlib.suppress(Exception):
+                listener.close()
         _release(lock)
         raise
 
@@ -703,6 +780,7 @@ def _start(
     available_now: bool,
     lock: IO[str],
     queries: dict[str, StreamingQuery],
+    listeners: dict[str, KindListener],
 ) -> Pipeline:
     functions: dict[str, Any] = {}
     feeds: dict[str, tuple[str, ...]] = {}
@@ -741,11 +819,26 @@ def _start(
         queries[SHARED_QUERY] = starters[SHARED_QUERY]()
         functions |= {SHARED_QUERY: batch, **shared}
         feeds[SHARED_QUERY] = tuple(shared)
+    # The listener kinds: registered before the query they follow starts (they see its first batch).
+    followers: dict[str, str] = {}
+    for kind in (k for k in KINDS.values() if k.name in chosen and k.listener is not None):
+        assert kind.listener is not None and kind.follows is not None
+        if not (kind.configured(cfg) and KINDS[kind.follows].configured(cfg)):
+            continue  # nothing to follow (no join queries)
+        if kind.follows not in chosen:
+            log.warning(
+                "kind not run without the kind it follows", extra={"kind": kind.name, "follows": kind.follows}
+            )
+            continue
+        listeners[kind.name] = kind.listener(spark, cfg)
+        followers[kind.name] = kind.follows
+    started: dict[str, list[str]] = {}
     # The stream kinds: each its own queries (the join's state lives in Spark's state store).
     for stream_kind in (k for k in KINDS.values() if k.name in chosen and k.stream is not None):
         assert stream_kind.stream is not None
         outputs = stream_kind.stream(spark, cfg)
         single = len(outputs) == 1 and stream_kind.name in outputs
+        started[stream_kind.name] = list(outputs)
         for name, df in outputs.items():
             starters[name], function, stream_guard = _query_starter(
                 df, cfg, stream_kind.name, name, single=single, available_now=available_now
@@ -755,7 +848,17 @@ def _start(
                 functions[name] = function
             if stream_guard is not None:
                 guards[name] = stream_guard
-    log.info("pipeline started", extra={"queries": list(queries), "bootstrap": cfg.kafka.bootstrap})
+    # A listener kind follows the query of the kind it follows (the joins kind runs one).
+    followed: dict[str, tuple[str, KindListener]] = {}
+    for listening, follows in followers.items():
+        if started.get(follows):
+            followed[listening] = (started[follows][0], listeners[listening])
+        else:
+            listeners.pop(listening).close()
+    log.info(
+        "pipeline started",
+        extra={"queries": list(queries), "listeners": list(followed), "bootstrap": cfg.kafka.bootstrap},
+    )
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
     return Pipeline(
         spark,
@@ -766,6 +869,7 @@ def _start(
         feeds=feeds,
         starters=starters,
         guards=guards,
+        listeners=followed,
         lock=lock,
     )
 
@@ -815,8 +919,9 @@ def _reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
     everything = ALL in asked
     chosen = set(KINDS) if everything else set(asked)
     if "joins" in chosen:
-        # The controller numbers its statistics files by the joins query's batch ids: a joins
-        # query starting again at batch 0 would write names the shedding query already read.
+        # The shedding rows are committed under the joins query's batch ids: a joins query
+        # starting again at batch 0 would replace the commits (and files, already published
+        # under their paths) of the earlier run's first batches.
         chosen.add("shedding")
     return [k for k in KINDS if k in chosen], everything
 
@@ -826,9 +931,10 @@ def reset_plan(cfg: Config, kinds: Iterable[str]) -> list[Path]:
     that exist, in order.
 
     Per kind: ``results/<kind>/``, ``checkpoints/<kind>/`` (a batch kind's state; a stream kind's
-    Spark checkpoint and state store) and its publish mark ``checkpoints/publish/<kind>.json``;
-    ``shedding`` also the controller's directory ``control/joins/`` (its fractions and the
-    statistics not read yet); ``joins`` brings ``shedding``. ``all``: every kind, the shared
+    Spark checkpoint and state store; ``shedding`` has none, but a data directory of an older
+    netmon may hold its query's) and its publish mark ``checkpoints/publish/<kind>.json``;
+    ``shedding`` also the controller's directory ``control/joins/`` (its fractions, and an older
+    netmon's statistics files); ``joins`` brings ``shedding``. ``all``: every kind, the shared
     query's checkpoint ``checkpoints/packets/`` and every publish mark.
     """
     chosen, everything = _reset_set(kinds)
@@ -854,8 +960,9 @@ def reset_kinds(cfg: Config, kinds: Iterable[str]) -> list[Path]:
       batch: it reads what the shared query reads from then on — the other batch kinds are not
       replayed, and records read before the reset are not read again for it (windows open at the
       reset are written with the packets read after it only);
-    - a stream kind (joins, shedding) starts its query afresh: from the earliest offsets the
-      topic still holds (the joins) or the statistics files not read yet (shedding);
+    - the joins start their query afresh, from the earliest offsets the topic still holds;
+    - shedding (a listener on the joins query) commits its rows from the joins query's next batch
+      on, its controller starting from the static ``[shedding]`` fractions;
     - ``all``: every query starts afresh, from the earliest offsets the topic still holds.
 
     Raises :class:`PipelineRunning` while a pipeline runs on the data directory (the reset holds

@@ -20,12 +20,13 @@ handshake query's SYNs that expired without a SYN-ACK):
     query, kind, row, key, left_ts, right_ts, delay_s, left_src_ip, left_dst_ip, left_src_port,
     left_dst_port, left_iface, right_src_ip, ..., right_iface
 
-The ``shedding`` result kind runs the controller: a ``StreamingQueryListener`` on the driver feeds
-each progress of the joins query to :class:`pipeline.shedding_controller.SheddingController`,
-writes the fractions it chooses to the control file ``<data>/control/joins/fractions.json``, which
-every bucket reads at its next call, and writes the batch's :class:`SheddingRecord` as one JSON
-file that a file-source query turns into committed Parquet rows in ``results/shedding/`` (and,
-through the result publisher, the Kafka topic ``netmon.shedding``).
+The ``shedding`` result kind runs the controller and has no streaming query of its own: a
+``StreamingQueryListener`` on the driver (:class:`SheddingListener`) feeds each progress of the
+joins query to :class:`pipeline.shedding_controller.SheddingController`, writes the fractions it
+chooses to the control file ``<data>/control/joins/fractions.json``, which every bucket reads at
+its next call, and commits the batch's :class:`SheddingRecord` rows into ``results/shedding/``
+itself, one commit per joins batch named by its batch id (``pipeline.batch_sink``; through the
+result publisher they also reach the Kafka topic ``netmon.shedding``).
 
 Why a file for the fractions: the operator runs in Python workers, possibly on other machines,
 and a running query's plan cannot change. The file lives in the data directory, which the Parquet
@@ -43,7 +44,8 @@ import ipaddress
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from functools import reduce
 from operator import and_
 from pathlib import Path
@@ -59,14 +61,16 @@ from pyspark.sql.streaming import StreamingQueryListener
 from analytics.keys import parse_key
 from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig, check_unique_names
 from netmon.results import results_dir
+from pipeline.batch_sink import write_table
 from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
 from pipeline.partials import decode_messages
 from pipeline.shedding_controller import (
-    STATS_SCHEMA,
     ControlledQuery,
     SheddingController,
+    SheddingRecord,
     observe_name,
     read_control_state,
+    records_table,
     write_control,
 )
 from pipeline.source import kafka_stream, raw_messages
@@ -76,10 +80,10 @@ __all__ = [
     "RESULT_COLUMNS",
     "JoinQuery",
     "SheddingConfig",
+    "SheddingListener",
     "build_join_outputs",
     "build_join_sides",
     "build_joins",
-    "build_shedding_outputs",
     "build_spark_join",
     "build_staged",
     "control_file",
@@ -87,7 +91,7 @@ __all__ = [
     "join_specs",
     "side_conditions",
     "start_controller",
-    "stats_dir",
+    "start_shedding",
 ]
 
 log = logging.getLogger(__name__)
@@ -129,11 +133,6 @@ def join_specs(
 def control_file(cfg: Config) -> Path:
     """The controller's fractions, read by the operator at every batch."""
     return Path(cfg.paths.data_dir) / "control" / "joins" / "fractions.json"
-
-
-def stats_dir(cfg: Config) -> Path:
-    """Where the controller drops one JSON file of shedding statistics per batch."""
-    return Path(cfg.paths.data_dir) / "control" / "joins" / "stats"
 
 
 # -- stage 1: native filters and keys ------------------------------------------------------------
@@ -453,35 +452,100 @@ def build_spark_join(packets: DataFrame, q: JoinQuery) -> DataFrame:
     )
 
 
-# -- the controller on the driver ----------------------------------------------------------------
-class _ControllerListener(StreamingQueryListener):
-    """Feeds the joins query's progress to the controller; writes fractions and statistics."""
+# -- the controller on the driver: the ``shedding`` kind ------------------------------------------
+class SheddingListener(StreamingQueryListener):
+    """The ``shedding`` kind: the controller at each progress of the joins query, and its rows.
 
-    def __init__(self, sink: str, control: Path, stats: Path, controller: SheddingController) -> None:
+    At each progress of the joins query (told apart by its sink path, ``sink``) it calls
+    :meth:`SheddingController.update`, replaces the control file ``control`` with the new
+    fractions and commits the batch's :class:`SheddingRecord` rows into ``results``
+    (``pipeline.batch_sink.write_table``: ``batch-<id>/part-00000.parquet``, then
+    ``_commits/<id>.json``, ``id`` the joins batch id). One commit per joins batch with input:
+
+    - a progress handed over twice is ignored the second time: the controller only takes batch
+      ids newer than the last it saw;
+    - a batch id committed before and handled again (by a new controller, say) rewrites that
+      commit whole, never adds to it;
+    - Spark reports a batch once, after the joins query committed it: a batch it runs again
+      after a crash had not been reported. A restarted joins query goes on with its
+      checkpoint's batch ids, so its commits follow the earlier ones; the ids start again at 0
+      only when the joins checkpoint is removed, and ``pipeline.job.reset_kinds`` then removes
+      ``results/shedding/`` too. A driver that dies between the joins batch's commit and this
+      listener's loses that batch's row (the statistics are not part of the exactly-once
+      contract; the join's output is).
+
+    It counts what it committed since its controller was (re)started (``commits``, ``rows``,
+    ``last_batch_id``, the time of the last commit ``seconds``) for the pipeline's status, and
+    records the queries that ended: events arrive in order, so once a query run's end has been
+    seen every progress of it has been handled (:meth:`drained`).
+    """
+
+    def __init__(self, sink: str, control: Path, results: Path, controller: SheddingController) -> None:
         self.sink = sink
         self.control = control
-        self.stats = stats
+        self.results = results
         self.controller = controller
+        self.commits = 0
+        self.rows = 0
+        self.last_batch_id = -1
+        self.seconds = 0.0
         self._lock = threading.Lock()
+        self._ended = threading.Condition()
+        self._terminated: set[str] = set()
+        #: the session it is registered on (:func:`start_shedding`), until :meth:`close`
+        self._session: SparkSession | None = None
+
+    def handle(self, progress: Mapping[str, Any]) -> list[SheddingRecord]:
+        """Fold one progress (``json.loads`` of Spark's progress JSON) in; the records committed.
+
+        None (an empty list) for another query's progress, a batch without input, or a batch the
+        controller has seen.
+        """
+        if self.sink not in str((progress.get("sink") or {}).get("description", "")):
+            return []
+        with self._lock:
+            started = time.perf_counter()
+            records = self.controller.update(progress)
+            if not records:
+                return []
+            batch_id = int(progress["batchId"])
+            write_control(self.control, self.controller.state(), batch_id=batch_id)
+            write_table(records_table(records), self.results, batch_id)
+            self.commits += 1
+            self.rows += len(records)
+            self.last_batch_id = batch_id
+            self.seconds = time.perf_counter() - started
+            return records
+
+    def renew(self, controller: SheddingController) -> None:
+        """Use ``controller`` from now on; the counts start again."""
+        with self._lock:
+            self.controller = controller
+            self.commits, self.rows, self.last_batch_id, self.seconds = 0, 0, -1, 0.0
+
+    def drained(self, run_id: str, timeout_s: float) -> bool:
+        """Whether every progress of the query run ``run_id`` was handled: its end was seen
+        (waits up to ``timeout_s``)."""
+        with self._ended:
+            return self._ended.wait_for(lambda: run_id in self._terminated, timeout_s)
+
+    def close(self) -> None:
+        """Unregister from the session: the pipeline that started the ``shedding`` kind stops."""
+        session, self._session = self._session, None
+        for key in [k for k, v in _LISTENERS.items() if v is self]:
+            del _LISTENERS[key]
+        if session is not None:
+            try:
+                session.streams.removeListener(self)
+            except Exception:  # noqa: BLE001 - the session is going away: nothing left to stop
+                log.debug("shedding listener not removed", exc_info=True)
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
         pass
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's API
         try:
-            progress = json.loads(event.progress.json)
-            if self.sink not in str((progress.get("sink") or {}).get("description", "")):
-                return
-            with self._lock:
-                records = self.controller.update(progress)
-                if not records:
-                    return
-                write_control(self.control, self.controller.state(), batch_id=int(progress["batchId"]))
-                self.stats.mkdir(parents=True, exist_ok=True)
-                name = f"batch-{int(progress['batchId']):012d}.json"
-                tmp = self.stats / f".{name}.tmp"
-                tmp.write_text("".join(r.as_json() + "\n" for r in records))
-                tmp.replace(self.stats / name)
+            self.handle(json.loads(event.progress.json))
         except Exception:  # a listener must never take the query down
             log.exception("shedding controller: progress not processed")
 
@@ -489,15 +553,21 @@ class _ControllerListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
+        with self._ended:
+            self._terminated.add(str(event.runId))
+            self._ended.notify_all()
 
 
-#: One listener per (session, data directory): restarting a pipeline replaces its controller.
-_LISTENERS: dict[tuple[int, str], _ControllerListener] = {}
+#: One listener per (session, data directory): restarting a pipeline renews its controller.
+_LISTENERS: dict[tuple[int, str], SheddingListener] = {}
 
 
-def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
-    """Register (or renew) the listener that runs the shedding controller of ``cfg``'s joins query."""
+def start_shedding(spark: SparkSession, cfg: Config) -> SheddingListener:
+    """Register (or renew) the listener that runs the shedding controller of ``cfg``'s joins query
+    and commits its rows into ``results/shedding/``: the ``shedding`` result kind.
+
+    The controller resumes from the control file's state (fractions, costs, clock).
+    """
     queries, shedding = cfg.queries.join, cfg.shedding
     control = control_file(cfg)
     controller = SheddingController(
@@ -514,27 +584,17 @@ def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
     key = (id(spark), str(Path(cfg.paths.data_dir).resolve()))
     listener = _LISTENERS.get(key)
     if listener is None:
-        listener = _ControllerListener(str(results_dir(cfg, "joins")), control, stats_dir(cfg), controller)
+        listener = SheddingListener(
+            str(results_dir(cfg, "joins")), control, results_dir(cfg, "shedding"), controller
+        )
         spark.streams.addListener(listener)
+        listener._session = spark
         _LISTENERS[key] = listener
     else:
-        with listener._lock:
-            listener.controller = controller
-    return controller
+        listener.renew(controller)
+    return listener
 
 
-def build_shedding_outputs(spark: SparkSession, cfg: Config) -> dict[str, DataFrame]:
-    """The ``shedding`` result kind: the live controller of the joins query and its statistics.
-
-    Registers the controller (see :func:`start_controller`) and returns the per-batch
-    :class:`pipeline.shedding_controller.SheddingRecord` rows it writes, read back with Spark's
-    file source, for the ``results/shedding/`` sink.
-    """
-    if not cfg.queries.join:
-        return {}
-    start_controller(spark, cfg)
-    directory = stats_dir(cfg)
-    directory.mkdir(parents=True, exist_ok=True)
-    # Each file is read once, then deleted: the directory stays small on a long-running pipeline.
-    stats = spark.readStream.schema(STATS_SCHEMA).option("cleanSource", "delete").json(str(directory))
-    return {"shedding": stats}
+def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
+    """:func:`start_shedding`, for a caller that only wants the controller."""
+    return start_shedding(spark, cfg).controller

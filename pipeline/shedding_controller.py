@@ -35,14 +35,16 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
    once: a slow descent lets the lag, hence the next batch, grow while it lasts (shed fast,
    recover slowly).
 
-It returns one :class:`SheddingRecord` per query and batch (the ``results/shedding/`` rows) and
-keeps the fractions for the next batch in :attr:`fractions`. It does no I/O: the listener in
-``pipeline.joins`` writes the fractions to the control file (:func:`write_control`) that the
-operator reads (:func:`read_control`) at its next batch.
+It returns one :class:`SheddingRecord` per query and batch (the ``results/shedding/`` rows, as a
+table of :data:`STATS_SCHEMA`: :func:`records_table`) and keeps the fractions for the next batch
+in :attr:`fractions`. It does no I/O: the listener in ``pipeline.joins`` writes the fractions to
+the control file (:func:`write_control`) that the operator reads (:func:`read_control`) at its
+next batch, and commits the records.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -51,6 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from analytics.join_cost import JoinCostModel
 
@@ -62,6 +66,7 @@ __all__ = [
     "observe_name",
     "read_control",
     "read_control_state",
+    "records_table",
     "write_control",
 ]
 
@@ -136,26 +141,54 @@ class SheddingRecord:
     state_right: int
     late: int
 
-    def as_json(self) -> str:
-        """One JSON line; NaN becomes null."""
-        return json.dumps(
-            {
-                k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in asdict(self).items()
-            }
+
+#: The columns of ``results/shedding/``: :class:`SheddingRecord`'s fields, ``batch_time`` and
+#: ``event_time`` as UTC timestamps. The types Spark's file sink wrote when a streaming query read
+#: the records back from JSON files (``BIGINT``, ``DOUBLE``, ``STRING``, ``TIMESTAMP``), so a
+#: directory holding rows of both is read as one table.
+STATS_SCHEMA = pa.schema(
+    [
+        pa.field(
+            f.name,
+            pa.timestamp("us", tz="UTC")
+            if f.name in ("batch_time", "event_time")
+            else {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "str | None": pa.string()}[
+                str(f.type)
+            ],
         )
-
-
-#: The Spark DDL of :class:`SheddingRecord` (the ``shedding`` result kind).
-STATS_SCHEMA = (
-    ", ".join(
-        f"{f.name} "
-        + {"str": "STRING", "int": "BIGINT", "float": "DOUBLE", "str | None": "STRING"}[str(f.type)]
         for f in fields(SheddingRecord)
-    )
-    .replace("batch_time STRING", "batch_time TIMESTAMP")
-    .replace("event_time STRING", "event_time TIMESTAMP")
+    ]
 )
+
+
+def _timestamp(text: str | None) -> dt.datetime | None:
+    """An ISO-8601 time (``Z`` or an offset; none: UTC) as an aware datetime; None if unreadable."""
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def records_table(records: Sequence[SheddingRecord]) -> pa.Table:
+    """The ``results/shedding/`` rows of ``records``, in order (:data:`STATS_SCHEMA`).
+
+    Non-finite numbers (a cost not measured yet) become nulls.
+
+    >>> records_table([]).schema.field("batch_time").type
+    TimestampType(timestamp[us, tz=UTC])
+    """
+    rows = []
+    for record in records:
+        row = {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(record).items()
+        }
+        row["batch_time"] = _timestamp(record.batch_time)
+        row["event_time"] = _timestamp(record.event_time)
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
 
 
 def _nan_to(value: Any, default: float) -> float:
@@ -464,8 +497,6 @@ class SheddingController:
 
 
 def _iso(ns: int) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(ns / _NS, dt.UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -198,10 +198,14 @@ def test_ctrl_c_while_a_batch_runs_stops_after_it_without_a_java_stack_trace(
 
 # -- --reset KIND ----------------------------------------------------------------------------------
 
-#: What the pipeline writes under the data directory, one file in each place (tests build it).
+#: What the pipeline writes under the data directory, one file in each place (tests build it),
+#: and what an older netmon wrote there for the shedding kind (its own query, statistics files).
 WRITTEN = [
-    *(f"results/{kind}/{COMMITS}/0.json" for kind in ("traffic", "topk", "distinct")),
-    *(f"results/{kind}/batch-000000/part-00000.parquet" for kind in ("traffic", "topk", "distinct")),
+    *(f"results/{kind}/{COMMITS}/0.json" for kind in ("traffic", "topk", "distinct", "shedding")),
+    *(
+        f"results/{kind}/batch-000000/part-00000.parquet"
+        for kind in ("traffic", "topk", "distinct", "shedding")
+    ),
     "results/joins/handshake/_spark_metadata/0",
     "results/shedding/_spark_metadata/0",
     "checkpoints/packets/offsets/0",

@@ -10,14 +10,18 @@ both must produce the same rows, and the offline :func:`analytics.join_queries.r
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import time
 from collections import Counter
 from functools import reduce
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from analytics.join_queries import HandshakeQuery, LinkQuery, run_join
@@ -25,10 +29,11 @@ from ingest import read_records
 from ingest.replay import ReplayOptions, replay
 from netmon.config import Config, ConfigError, JoinQuery, SheddingConfig
 from netmon.kafka_admin import recreate_topic
-from netmon.results import read_results, results_dir
+from netmon.results import COMMITS, checkpoint_dir, read_results, result_files, results_dir, status_file
 from pipeline.job import Pipeline, start_pipeline
-from pipeline.joins import build_spark_join, control_file, filter_column
-from pipeline.shedding_controller import read_control
+from pipeline.joins import SheddingListener, build_spark_join, control_file, filter_column
+from pipeline.publish import ResultPublisher
+from pipeline.shedding_controller import STATS_SCHEMA, SheddingRecord, read_control
 from pipeline.source import read_packets
 from tests.conftest import REPO_ROOT
 
@@ -269,14 +274,28 @@ LIVE = dataclasses.replace(LINK, name="web-live", strategy="pni")
 LIVE_SHEDDING = SheddingConfig(cpu_budget=0.002, smoothing=1.0, max_step=0.5, buckets=4)
 
 
+def measured_batches(pipeline: Pipeline) -> set[tuple[str, int]]:
+    """(join query, batch id) of every joins batch with input for that query, from its progress."""
+    out = set()
+    for p in pipeline.queries["joins"].recentProgress:
+        if "addBatch" not in (p.get("durationMs") or {}):
+            continue  # an idle trigger (it reports the id of the batch to come)
+        for name, m in (p.get("observedMetrics") or {}).items():
+            if int(m["n_left"] or 0) + int(m["n_right"] or 0):
+                out.add((name.removeprefix("join."), int(p["batchId"])))
+    return out
+
+
 def restarted_joins(
     spark: Any, netmon_config: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     """Run ``joins`` + ``shedding`` for a few small batches, stop, restart to the end (once per session).
 
     One partition, 500 records a message, 5 messages a batch: 4 batches, the first run stops after
-    2 or 3. Returns the config, the first run's handshake rows and the fractions it left behind.
-    Also used by ``tests/dashboard/test_join_pages.py`` (both pages have real results here).
+    2 or 3. Returns the config, the first run's handshake rows, the fractions it left behind, the
+    joins batches with input (:func:`measured_batches`) of both runs, the streaming queries that
+    ran and the first run's status. Also used by ``tests/dashboard/test_join_pages.py`` (both pages
+    have real results here).
     """
     if "restart" in _RUNS:
         return _RUNS["restart"]
@@ -293,6 +312,7 @@ def restarted_joins(
     replay_sample(cfg, records_per_message=500)
     first = start_pipeline(spark, cfg, kinds=("joins", "shedding"))
     try:
+        running = {q.name for q in spark.streams.active}
         deadline = time.monotonic() + 240
         while (stats := first.poll().get("joins")) is None or stats.batches < 2:
             assert first.failed() is None, first.failed()
@@ -300,12 +320,19 @@ def restarted_joins(
             time.sleep(0.5)
     finally:
         first.stop()
+    status = json.loads(status_file(cfg).read_text())["queries"]
     partial = rows(read_results(results_dir(cfg, "joins")), "handshake")
     fractions = read_control(control_file(cfg))
-    run_to_end(start_pipeline(spark, cfg, available_now=True, kinds=("joins", "shedding")))
-    # The shedding statistics the controller wrote while the joins ran: into results/shedding.
-    run_to_end(start_pipeline(spark, cfg, available_now=True, kinds=("shedding",)))
-    _RUNS["restart"] = {"cfg": cfg, "partial": partial, "fractions": fractions}
+    second = start_pipeline(spark, cfg, available_now=True, kinds=("joins", "shedding"))
+    run_to_end(second)
+    _RUNS["restart"] = {
+        "cfg": cfg,
+        "partial": partial,
+        "fractions": fractions,
+        "batches": (measured_batches(first), measured_batches(second)),
+        "queries": (running, set(first.queries), set(second.queries)),
+        "status": status,
+    }
     return _RUNS["restart"]
 
 
@@ -342,3 +369,136 @@ def test_restart_keeps_join_state_and_the_controller_sheds(
     hs = table[table["query"] == "handshake"]
     assert (hs[["x_left", "x_right", "next_x_left", "next_x_right"]] == 1).all().all()
     assert 0 < hs["results"].sum() <= sum(rows(full, "handshake").values())
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_shedding_rows_are_committed_per_joins_batch_without_a_query_of_their_own(
+    spark, kafka_bootstrap, netmon_config, tmp_path_factory
+) -> None:
+    """The ``shedding`` kind runs no streaming query: the listener on the joins query commits one
+    row per join query and joins batch with input, named by the joins batch id, across a restart
+    (the restarted query goes on with its checkpoint's batch ids)."""
+    run = restarted_joins(spark, netmon_config, tmp_path_factory)
+    cfg = run["cfg"]
+    running, first_queries, second_queries = run["queries"]
+    assert "joins" in running and "shedding" not in running
+    assert first_queries == second_queries == {"joins"}
+    before, after = run["batches"]
+    assert before and after and max(b for _, b in before) < min(b for _, b in after)
+
+    stats = read_results(results_dir(cfg, "shedding"))
+    assert stats is not None
+    committed = list(zip(stats["query"].to_pylist(), stats["batch_id"].to_pylist(), strict=True))
+    assert sorted(committed) == sorted(before | after)  # once each: no duplicate, none missing
+    commits = sorted(int(p.stem) for p in (results_dir(cfg, "shedding") / COMMITS).glob("*.json"))
+    assert commits == sorted({b for _, b in before | after})
+    # No statistics files, no Spark sink or checkpoint for the kind.
+    assert not (control_file(cfg).parent / "stats").exists()
+    assert not (results_dir(cfg, "shedding") / "_spark_metadata").exists()
+    assert not checkpoint_dir(cfg, "shedding").exists()
+    # The status: the kind's commits, active while the joins query is (stopped here).
+    shedding = run["status"]["shedding"]
+    first_batches = {b for _, b in before}
+    assert shedding["batches"] == len(first_batches) and shedding["last_batch_id"] == max(first_batches)
+    assert shedding["input_rows"] == len(before) and not shedding["active"]
+
+
+def _old_ddl() -> str:
+    """The Spark DDL with which the ``shedding`` kind's own query read the controller's JSON files."""
+    types = {"str": "STRING", "int": "BIGINT", "float": "DOUBLE", "str | None": "STRING"}
+    return ", ".join(
+        f"{f.name} {'TIMESTAMP' if f.name in ('batch_time', 'event_time') else types[str(f.type)]}"
+        for f in dataclasses.fields(SheddingRecord)
+    )
+
+
+def _old_json(record: SheddingRecord) -> str:
+    """A record as the listener wrote it into its JSON files (NaN as null)."""
+    return json.dumps(
+        {
+            k: None if isinstance(v, float) and math.isnan(v) else v
+            for k, v in dataclasses.asdict(record).items()
+        }
+    )
+
+
+class _Producer:
+    """A producer that acknowledges every message (``pipeline.publish`` checks each future)."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def send(self, topic: str, value: bytes, **_: Any) -> Any:
+        self.values.append(value)
+        return SimpleNamespace(succeeded=lambda: True, exception=None)
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+@pytest.mark.spark
+def test_shedding_rows_keep_their_schema_beside_an_older_spark_sink_history(
+    spark, netmon_config, tmp_path
+) -> None:
+    """A data directory whose ``results/shedding/`` an older netmon wrote with Spark's file sink
+    (a file-source query over the controller's JSON files): the listener's commits go beside it
+    (``_commits/`` and ``batch-<id>/``, apart from ``_spark_metadata/`` and its part files even
+    where batch numbers coincide), with the same schema and rows, both are read, and each file
+    is published once."""
+    from tests.pipeline.test_shedding_controller import controller, progress
+
+    cfg = netmon_config.replace(paths={"data_dir": tmp_path / "data"})
+    results = results_dir(cfg, "shedding")
+    # The older history: batches 0 and 1 through JSON files, Spark's file source and file sink.
+    batches = [progress(0), progress(1, min_ts_ns=1795320000000000000, max_ts_ns=1795320002000000000)]
+    old = controller()
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    for body in batches:
+        lines = "".join(_old_json(r) + "\n" for r in old.update(body))
+        (stats / f"batch-{body['batchId']:012d}.json").write_text(lines)
+    query = (
+        spark.readStream.schema(_old_ddl())
+        .json(str(stats))
+        .writeStream.format("parquet")
+        .option("path", str(results))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    spark_files = result_files(results)
+    assert spark_files and (results / "_spark_metadata" / "0").exists()
+    # Now the listener commits the same batch ids (those of the joins query) beside it.
+    listener = SheddingListener(str(results_dir(cfg, "joins")), control_file(cfg), results, controller())
+    for body in batches:
+        body["sink"]["description"] = f"FileSink[{results_dir(cfg, 'joins')}]"
+        assert listener.handle(body)
+    assert sorted(p.name for p in (results / COMMITS).iterdir()) == ["0.json", "1.json"]
+    ours = [f for f in result_files(results) if f not in spark_files]
+    assert [f.relative_to(results).as_posix() for f in ours] == [
+        "batch-000000/part-00000.parquet",
+        "batch-000001/part-00000.parquet",
+    ]
+
+    def table(files: list[Path]) -> list[dict[str, Any]]:
+        read = pa.concat_tables([pq.read_table(f) for f in files])
+        assert read.schema.remove_metadata() == STATS_SCHEMA
+        return sorted(read.to_pylist(), key=lambda r: (r["batch_id"], r["query"]))
+
+    assert table(ours) == table(spark_files)  # the same rows, the same schema
+    both = read_results(results)
+    assert both is not None and both.num_rows == 2 * len(table(ours))
+    # Published once: every file of both logs, then nothing more.
+    producer = _Producer()
+    publisher = ResultPublisher(cfg, ("shedding",), producer=producer)
+    assert publisher.publish() == both.num_rows
+    assert publisher.publish() == 0
+    assert publisher._done("shedding") == {f.relative_to(results).as_posix() for f in result_files(results)}
+    published = [line for value in producer.values for line in value.splitlines() if line]
+    assert len(published) == both.num_rows

@@ -8,8 +8,11 @@ CPU s per second of event time; at a budget of 0.45 the optima are PNI (0.9, 0),
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import math
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +26,7 @@ from pipeline.shedding_controller import (
     SheddingRecord,
     read_control,
     read_control_state,
+    records_table,
     write_control,
 )
 
@@ -296,29 +300,82 @@ def test_parameters_are_validated() -> None:
             SheddingController([LINK], **args)
 
 
-def test_records_serialise_to_the_stats_schema() -> None:
+def test_records_become_rows_of_the_stats_schema() -> None:
     [r] = controller().update(progress(results=0, unshed_estimate=0.0, probe_s=0.0))
-    row = json.loads(r.as_json())
-    assert row["cp_s"] is None  # NaN -> null
-    names = [field.split()[0] for field in STATS_SCHEMA.split(", ")]
-    assert names == list(row) == list(SheddingRecord.__dataclass_fields__)
-    assert "batch_time TIMESTAMP" in STATS_SCHEMA and "event_time TIMESTAMP" in STATS_SCHEMA
+    table = records_table([r])
+    assert table.schema == STATS_SCHEMA
+    assert table.column_names == list(SheddingRecord.__dataclass_fields__)
+    [row] = table.to_pylist()
+    assert row["cp_s"] is None and row["batch_factor"] is None  # NaN -> null
+    assert row["batch_time"] == dt.datetime(2026, 11, 22, 4, 0, 1, tzinfo=dt.UTC)  # the progress's
+    assert row["event_time"] == dt.datetime(2026, 11, 22, 4, 0, 0, tzinfo=dt.UTC)  # the batch's newest
+    fields = dataclasses.asdict(r)
+    expected = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in fields.items()}
+    assert row == expected | {"batch_time": row["batch_time"], "event_time": row["event_time"]}
 
 
-def test_listener_writes_fractions_and_statistics(tmp_path: Path) -> None:
-    from pipeline.joins import _ControllerListener
+def _event(body: dict[str, Any] | str) -> SimpleNamespace:
+    """A progress event as the listener receives it."""
+    text = body if isinstance(body, str) else json.dumps(body)
+    return SimpleNamespace(progress=SimpleNamespace(json=text))
 
-    control, stats = tmp_path / "fractions.json", tmp_path / "stats"
-    listener = _ControllerListener("/data/results/joins", control, stats, controller())
-    event = SimpleNamespace(progress=SimpleNamespace(json=PROGRESS))
-    listener.onQueryProgress(event)
+
+def test_listener_writes_fractions_and_commits_one_batch_per_joins_batch(tmp_path: Path) -> None:
+    """The ``shedding`` kind: each joins batch's rows committed under its batch id, once."""
+    from netmon.results import COMMITS, read_results, result_files
+    from pipeline.joins import SheddingListener
+
+    control, results = tmp_path / "fractions.json", tmp_path / "results" / "shedding"
+    listener = SheddingListener("/data/results/joins", control, results, controller())
+    listener.onQueryProgress(_event(PROGRESS))
     assert read_control(control) == {"link": (pytest.approx(0.9), 0.0)}
-    [line] = (stats / "batch-000000000007.json").read_text().splitlines()
-    assert json.loads(line)["next_x_left"] == pytest.approx(0.9)
-    # Another query's progress (another sink) and a malformed event are ignored, never raised.
-    other = SimpleNamespace(
-        progress=SimpleNamespace(json=PROGRESS.replace("/data/results/joins", "/x/traffic"))
-    )
-    listener.onQueryProgress(other)
-    listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json="{")))
-    assert sorted(p.name for p in stats.iterdir()) == ["batch-000000000007.json"]
+
+    def committed() -> list[tuple[str, int]]:
+        table = read_results(results)
+        assert table is not None and table.schema == STATS_SCHEMA
+        return sorted(zip(table["query"].to_pylist(), table["batch_id"].to_pylist(), strict=True))
+
+    assert committed() == [("link", 7)]
+    assert [p.name for p in (results / COMMITS).iterdir()] == ["7.json"]
+    table = read_results(results)
+    assert table is not None
+    [row] = table.to_pylist()
+    assert row["next_x_left"] == pytest.approx(0.9)
+    # The same progress handed over again: ignored, still one commit.
+    listener.onQueryProgress(_event(PROGRESS))
+    assert committed() == [("link", 7)]
+    # Handled again by a new controller (a restarted driver): the commit is rewritten, not added to.
+    listener.renew(controller())
+    listener.onQueryProgress(_event(PROGRESS))
+    assert committed() == [("link", 7)]
+    assert [f.relative_to(results).as_posix() for f in result_files(results)] == [
+        "batch-000007/part-00000.parquet"
+    ]
+    # The next joins batch: its own commit; the counts the pipeline's status shows.
+    later = progress(8, min_ts_ns=1795320000000000000, max_ts_ns=1795320001000000000)
+    assert [r.batch_id for r in listener.handle(later)] == [8]
+    assert committed() == [("link", 7), ("link", 8)]
+    assert (listener.commits, listener.rows, listener.last_batch_id) == (2, 2, 8)
+    assert read_control_state(control)["link"]["clock_ns"] == 1795320001000000000
+    # Another query's progress (another sink), an idle trigger and a malformed event: ignored,
+    # never raised.
+    other = PROGRESS.replace("/data/results/joins", "/x/traffic").replace('"batchId": 7', '"batchId": 9')
+    listener.onQueryProgress(_event(other))
+    idle = {**json.loads(PROGRESS), "batchId": 9, "observedMetrics": {}}
+    listener.onQueryProgress(_event(idle))
+    listener.onQueryProgress(_event("{"))
+    assert committed() == [("link", 7), ("link", 8)]
+    # No statistics files beside the control file: the rows are only in results/shedding.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fractions.json", "results"]
+
+
+def test_listener_knows_when_a_query_run_has_been_handled(tmp_path: Path) -> None:
+    """Events come in order: once a run's end is seen, every progress of it has been handled."""
+    from pipeline.joins import SheddingListener
+
+    listener = SheddingListener("/data/results/joins", tmp_path / "f.json", tmp_path / "r", controller())
+    run = uuid.uuid4()
+    assert not listener.drained(str(run), 0.0)
+    listener.onQueryTerminated(SimpleNamespace(id=uuid.uuid4(), runId=run, exception=None))
+    assert listener.drained(str(run), 0.0)
+    assert not listener.drained(str(uuid.uuid4()), 0.0)
