@@ -213,7 +213,7 @@ def _coupon_segments(
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, empty
     key = (g.astype(np.uint64) << np.uint64(32)) | c.astype(np.uint64)
-    order = np.lexsort((i, key))
+    order = _order_by(key, i)
     key, g, i = key[order], g[order], i[order]
     fresh = np.ones(len(key), bool)
     fresh[1:] = (key[1:] != key[:-1]) | (i[1:] != i[:-1])
@@ -227,7 +227,7 @@ def _coupon_segments(
     pos = np.concatenate([i, end])
     delta = np.concatenate([np.ones(len(i), np.int64), -np.ones(len(i), np.int64)])
     gg = np.concatenate([g, g])
-    order = np.lexsort((pos, gg))
+    order = _order_by(gg.astype(np.uint64), pos)
     gg, pos, delta = gg[order], pos[order], delta[order]
     # One change point per (group, pos); each group's deltas sum to 0, so one running sum serves all.
     last = np.ones(len(pos), bool)
@@ -241,6 +241,24 @@ def _coupon_segments(
     stop = np.minimum(nxt_pos - 1, hi)
     held = (count > 0) & (start <= stop)
     return gg[held], start[held], stop[held], count[held]
+
+
+def _order_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """The order of rows by ``(major, minor)`` (unsigned ``major``; ties in both are equal rows).
+
+    One sort of a single 64-bit key when ``minor``'s range fits in the bits ``major`` leaves
+    free (a paced batch: the window's ~60 sub-windows), ~2-3x faster than ``np.lexsort`` of the
+    two; ``np.lexsort`` otherwise (a day in one batch).
+    """
+    if not len(major):
+        return np.zeros(0, np.int64)
+    low = int(minor.min())
+    span = int(minor.max()) - low
+    free = 64 - int(major.max()).bit_length()
+    if span.bit_length() > free:
+        return np.lexsort((minor, major))
+    shift = np.uint64(span.bit_length())
+    return np.argsort((major << shift) | (minor - low).astype(np.uint64))
 
 
 def _settled(u: hll_union) -> int:

@@ -162,3 +162,21 @@ def test_sketches_built_from_coupons_are_the_librarys(lg_k):
         v.update(theirs)
         v.update(hll_sketch.deserialize(real[-1]))
         assert u.get_result(HLL_TYPE).get_estimate() == v.get_result(HLL_TYPE).get_estimate()
+
+
+@pytest.mark.parametrize("minor_span", [1, 70, 2**20, 2**40])
+def test_order_by_sorts_rows_as_lexsort_does_with_one_key_or_two(minor_span: int) -> None:
+    from analytics.sketch_windows import _order_by
+
+    rng = np.random.default_rng(minor_span)
+    n = 5_000
+    major = (rng.integers(0, 300, n).astype(np.uint64) << np.uint64(32)) | rng.integers(0, 2**32, n).astype(
+        np.uint64
+    )
+    major[: n // 4] = major[n // 4 : n // 2]  # equal majors: the minor decides
+    minor = rng.integers(-5, minor_span, n)
+    got = _order_by(major, minor)
+    want = np.lexsort((minor, major))
+    # the same sequence of (major, minor) rows (rows equal in both may come in any order)
+    assert np.array_equal(major[got], major[want]) and np.array_equal(minor[got], minor[want])
+    assert sorted(got.tolist()) == list(range(n))
