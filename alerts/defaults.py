@@ -1,8 +1,9 @@
 """Built-in alert rules for the sample scenarios, with the measurements behind their thresholds.
 
 They read the result rows of the default queries in ``netmon.config.QueriesConfig`` (distinct
-counts: 60 s windows, top-k: 10 s windows, both in 1 s sub-windows) and the joins and shedding
-rows of ``pipeline.joins``. Thresholds were set from exact counts over the bundled samples
+counts: 60 s windows, top-k: 10 s windows, both in 1 s sub-windows), the joins and shedding
+rows of ``pipeline.joins`` and the pipeline's own ``sys`` rows (``pipeline.sys_stats``).
+Thresholds were set from exact counts over the bundled samples
 (``samples/*.pcap``); their background traffic is Zipf-skewed, so one host is always busy.
 Baseline maximum vs attack sample:
 
@@ -14,6 +15,10 @@ Baseline maximum vs attack sample:
   0.79 / 0.51 (10 / 60 s); the port scanner reaches 0.39.
 - ``syn-flood``: distinct sources of unanswered SYNs per destination in 10 s: 2 (refused
   connections) vs 428 (syn-flood) and 202 (ddos); the port scan's ~500 unanswered SYNs come from 1.
+- ``pipeline-lag``: the ``sys`` rows' ``backlog_s`` (Kafka messages waiting over the rate the query
+  processes them): a sample is at most 10,000 records, 10 messages, fewer than the 600 a batch of
+  the shared query may read, so its backlog is 0 after the first batch; it grows only while the
+  input outruns the pipeline.
 
 A configured ``[[alerts.rules]]`` with the same name replaces a built-in one;
 ``[alerts] builtin_rules = false`` drops them all.
@@ -127,6 +132,26 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
             "The join operator has used over 90 % of its trigger interval for 30 s of wall-clock batch "
             "time (batch_time): results are being approximated by load shedding. Short spikes are "
             "normal; sustained overload is not."
+        ),
+    ),
+    AlertRule(
+        name="pipeline-lag",
+        source="sys",
+        field="backlog_s",
+        op=">",
+        threshold=30,
+        for_s=60,
+        time_field="batch_time",
+        severity="warning",
+        labels={"component": "pipeline"},
+        summary="query {subject} needs {value} s to read what waits in Kafka (> {threshold} s)",
+        description=(
+            "A pipeline query has fallen behind its input for 60 s of wall-clock batch time "
+            "(batch_time): at the pace it processes messages, what waits in Kafka (latest minus read "
+            "offsets) takes over 30 s to read. It reads backlog_s, not lag_s (batch time minus the "
+            "newest event time): a replayed capture keeps its own timestamps, so lag_s is years on every "
+            "replay that is not --rebase-time'd. A live capture or a paced replay keeps up (backlog "
+            "near 0); a fast replay of a capture larger than a few batches fires it until it caught up."
         ),
     ),
     AlertRule(

@@ -1,9 +1,9 @@
 """The Streamlit dashboard: ``app`` is the entrypoint, ``pages/`` one script per page.
 
 The pages only draw: every read goes through ``data`` (traffic, shared helpers) and its
-per-page siblings ``data_topk``, ``data_distinct``, ``data_joins`` and ``data_alerts``, which read
-committed results with pyarrow (and the alert outbox with SQLite), never Spark. ``server`` starts
-Streamlit for ``netmon dashboard`` and ``netmon demo``.
+per-page siblings ``data_topk``, ``data_distinct``, ``data_joins``, ``data_resources`` and
+``data_alerts``, which read committed results with pyarrow (and the alert outbox with SQLite),
+never Spark. ``server`` starts Streamlit for ``netmon dashboard`` and ``netmon demo``.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).
@@ -17,6 +17,7 @@ __all__ = [
     "data_alerts",
     "data_distinct",
     "data_joins",
+    "data_resources",
     "data_topk",
     "server",
 ]

@@ -22,6 +22,7 @@ PAGES = [
     ("pages/joins.py", "Joins", "🔗"),
     ("pages/shedding.py", "Load shedding", "⚖️"),
     ("pages/alerts.py", "Alerts", "🚨"),
+    ("pages/resources.py", "Resources", "📊"),
     ("pages/pipeline_status.py", "Pipeline", "⚙️"),
 ]
 here = Path(__file__).parent

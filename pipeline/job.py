@@ -8,8 +8,9 @@
   (``pipeline.batch_sink``), so a batch that Spark runs again after a crash rewrites the same rows;
 - **stream kinds** (the joins) as their own streaming queries: the join keeps its per-bucket
   state in Spark's state store (``transformWithStateInPandas``);
-- **listener kinds** (the joins' shedding statistics) without a query: a listener on the driver
-  follows another kind's query and commits its rows per micro-batch of that query.
+- **listener kinds** without a query: a listener on the driver follows the queries of other
+  kinds and commits its rows per micro-batch of each — the joins' shedding statistics (the
+  ``joins`` query), the pipeline's own statistics ``sys`` (every query, ``pipeline.sys_stats``).
 
 ``Pipeline`` follows the queries' progress (per kind: packets, malformed records, late rows, its
 share of the batch time) and writes a small status file the dashboard and ``netmon demo`` read.
@@ -38,6 +39,7 @@ import logging
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +53,7 @@ from pyspark.sql.streaming import StreamingQuery
 from netmon import pidlock
 from netmon.config import RESULT_KINDS, Config
 from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_dir, status_file
-from pipeline import distinct, joins, topk, traffic
+from pipeline import distinct, joins, sys_stats, topk, traffic
 from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
@@ -83,13 +85,19 @@ log = logging.getLogger(__name__)
 
 
 class KindListener(Protocol):
-    """What the pipeline reads of a listener kind's listener (``pipeline.joins.SheddingListener``)."""
+    """What the pipeline reads of a listener kind's listener (``pipeline.joins.SheddingListener``,
+    ``pipeline.sys_stats.SysListener``)."""
 
     #: batches committed, their rows, the id of the last, the time the last commit took
     commits: int
     rows: int
     last_batch_id: int
     seconds: float
+
+    def follow(self, query: str, batch: Any = None, /) -> None:
+        """Handle the progress of ``query`` from now on (told before it starts); ``batch``: its
+        batch function, when it is the shared query (``SharedBatch.figures``)."""
+        ...
 
     def drained(self, run_id: str, timeout_s: float, /) -> bool:
         """Whether every progress of that run of the followed query was handled (waits)."""
@@ -120,44 +128,53 @@ class ResultKind:
     - ``stream``: its own streaming queries, built from the session and the config, reading
       Kafka itself (``{name: DataFrame | BatchOutput}``);
     - ``listener``: no query of its own. A ``StreamingQueryListener``, registered on the session
-      before the query of the kind it ``follows`` starts, commits the rows at each progress of
-      that query: one commit per micro-batch, named by that query's batch id
-      (``pipeline.batch_sink``). It runs only when the kind it follows runs; its status line is
-      its commits, and it shares the followed query's ``active``.
+      before any query starts, follows the queries that run the kinds it ``follows`` (a batch
+      kind's is the shared query; told by ``follow`` before each starts) and commits rows at each
+      progress of those queries: one commit per micro-batch and query, named by that query's
+      batch id (``pipeline.batch_sink``; one sink per query in a subdirectory when it follows
+      several). It runs only when some kind it follows runs; its status line is its commits, and
+      it is ``active`` while a query it follows is.
     """
 
     name: str
     batch: Callable[[Config, Path, Path], CountingKind] | None = None
     stream: Callable[[SparkSession, Config], dict[str, Any]] | None = None
     listener: Callable[[SparkSession, Config], KindListener] | None = None
-    #: the kind whose query a listener kind follows
-    follows: str | None = None
+    #: the kinds whose queries a listener kind follows
+    follows: tuple[str, ...] = ()
     #: does the kind have configured queries (else it is skipped)
     configured: Callable[[Config], bool] = lambda cfg: True
 
     def __post_init__(self) -> None:
         if sum(f is not None for f in (self.batch, self.stream, self.listener)) != 1:
             raise ValueError(f"kind {self.name!r}: exactly one of batch, stream and listener")
-        if (self.listener is None) != (self.follows is None):
-            raise ValueError(f"kind {self.name!r}: a listener kind, and only one, follows a kind")
+        if (self.listener is None) != (not self.follows):
+            raise ValueError(f"kind {self.name!r}: a listener kind, and only one, follows kinds")
 
 
-#: Every result kind, in the order a shared batch runs them.
+#: The kinds that run a query: the batch kinds (on the shared query) and the stream kinds.
+_QUERY_KINDS = (
+    ResultKind("traffic", batch=traffic.build_traffic_batch),
+    ResultKind("topk", batch=topk.build_topk_batch, configured=lambda cfg: bool(cfg.queries.topk)),
+    ResultKind(
+        "distinct", batch=distinct.build_distinct_batch, configured=lambda cfg: bool(cfg.queries.distinct)
+    ),
+    ResultKind("joins", stream=joins.build_join_outputs, configured=lambda cfg: bool(cfg.queries.join)),
+)
+
+#: Every result kind, in the order a shared batch runs them; the listener kinds last.
 KINDS: dict[str, ResultKind] = {
     kind.name: kind
     for kind in (
-        ResultKind("traffic", batch=traffic.build_traffic_batch),
-        ResultKind("topk", batch=topk.build_topk_batch, configured=lambda cfg: bool(cfg.queries.topk)),
-        ResultKind(
-            "distinct", batch=distinct.build_distinct_batch, configured=lambda cfg: bool(cfg.queries.distinct)
-        ),
-        ResultKind("joins", stream=joins.build_join_outputs, configured=lambda cfg: bool(cfg.queries.join)),
+        *_QUERY_KINDS,
         ResultKind(
             "shedding",
             listener=joins.start_shedding,
-            follows="joins",
+            follows=("joins",),
             configured=lambda cfg: bool(cfg.queries.join),
         ),
+        # The pipeline's own statistics: every query, whichever kinds run.
+        ResultKind("sys", listener=sys_stats.start_sys, follows=tuple(k.name for k in _QUERY_KINDS)),
     )
 }
 assert tuple(KINDS) == RESULT_KINDS, "pipeline.job.KINDS and netmon.config.RESULT_KINDS name the same kinds"
@@ -366,7 +383,12 @@ class SharedBatch:
     A kind with a ``prepare(batch_id, spark)`` method reads its state before its specs are
     taken (the distinct kind's late bound depends on it). ``seconds[kind]``: the kind's time in
     the last batch (``stage1`` for the shared pass: Kafka read, decode and every partial).
+    :meth:`figures` keeps what the ``sys`` kind records of each of the last
+    :data:`FIGURES_KEPT` batches (its listener handles a batch after the next may have begun).
     """
+
+    #: batches whose figures are kept for the ``sys`` kind
+    FIGURES_KEPT = 64
 
     def __init__(
         self, functions: dict[str, Any], *, state: Path | None = None, delay_ns: int | None = None
@@ -379,6 +401,11 @@ class SharedBatch:
         #: each kind's (and the shared stage 1's) time over this process's batches
         self.total_seconds: dict[str, float] = {}
         self.totals = dict.fromkeys(TOTALS, 0)
+        self._figures: OrderedDict[int, sys_stats.BatchFigures] = OrderedDict()
+
+    def figures(self, batch_id: int) -> sys_stats.BatchFigures | None:
+        """Packets, newest event time and each kind's seconds of batch ``batch_id`` (if kept)."""
+        return self._figures.get(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
@@ -392,12 +419,14 @@ class SharedBatch:
         partials, max_us = merge_partials(
             raw_partials(df, specs, newest_ns=newest, delay_ns=self.delay_ns if self.state else None)
         )
+        read = newest_of(partials)
         if self.state is not None:
             # Saved before the kinds run: a rerun of this batch reads the version before it.
-            self.state.save(batch_id, {str(p): ns for p, ns in (newest | newest_of(partials)).items()})
+            self.state.save(batch_id, {str(p): ns for p, ns in (newest | read).items()})
         # Counted before the kinds run: their rows are visible as soon as each commits (a batch
         # that Spark runs again after a crash is counted again).
-        for key, count in totals_of(partials).items():
+        counts = totals_of(partials)
+        for key, count in counts.items():
             self.totals[key] += count
         self.seconds["stage1"] = time.perf_counter() - started
         queries = partials["query"]
@@ -408,6 +437,11 @@ class SharedBatch:
             self.seconds[name] = time.perf_counter() - started
         for name, spent in self.seconds.items():
             self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
+        self._figures[batch_id] = sys_stats.BatchFigures(
+            packets=counts["packets"], newest_ns=max(read.values(), default=None), seconds=dict(self.seconds)
+        )
+        while len(self._figures) > self.FIGURES_KEPT:
+            self._figures.popitem(last=False)
 
 
 @dataclass
@@ -450,8 +484,8 @@ class Pipeline:
     starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
     #: query name -> its ``foreachBatch`` function's stop guard (queries with a batch function)
     guards: dict[str, StoppableBatch] = field(default_factory=dict)
-    #: listener kind -> (the query it follows, its listener)
-    listeners: dict[str, tuple[str, KindListener]] = field(default_factory=dict)
+    #: listener kind -> (the queries it follows, its listener)
+    listeners: dict[str, tuple[tuple[str, ...], KindListener]] = field(default_factory=dict)
     #: query name -> restarts after broker outages
     restarts: dict[str, int] = field(default_factory=dict)
     #: the lock on the data directory, held until :meth:`stop`
@@ -530,21 +564,20 @@ class Pipeline:
         path.parent.mkdir(parents=True, exist_ok=True)
         body: dict[str, Any] = {
             "updated": time.time(),
-            "queries": {
-                name: {**vars(st), "active": self._query_of(name).isActive} for name, st in self.stats.items()
-            },
+            "queries": {name: {**vars(st), "active": self._active(name)} for name, st in self.stats.items()},
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=1))
         tmp.replace(path)
 
-    def _query_of(self, kind: str) -> StreamingQuery:
+    def _active(self, kind: str) -> bool:
+        """Whether the query of ``kind`` is active (a listener kind: any query it follows)."""
         if kind in self.listeners:
-            return self.queries[self.listeners[kind][0]]
+            return any(self.queries[name].isActive for name in self.listeners[kind][0])
         for name, kinds in self.feeds.items():
             if kind in kinds:
-                return self.queries[name]
-        return self.queries[kind]
+                return bool(self.queries[name].isActive)
+        return bool(self.queries[kind].isActive)
 
     def _recover(self) -> None:
         """Start again, from its checkpoint, each query that died of a broker outage, once the
@@ -672,17 +705,18 @@ class Pipeline:
             self._unlock()
 
     def _drain_listeners(self) -> None:
-        """Wait until each listener kind has handled every progress of the (stopped) query it follows."""
-        for kind, (name, listener) in self.listeners.items():
-            try:
-                run_id = str(self.queries[name].runId)
-            except Exception:  # noqa: BLE001 - the JVM is going away: nothing more will come
-                continue
-            if not listener.drained(run_id, LISTENER_DRAIN_S):
-                log.warning(
-                    "a listener kind did not handle the last progress of its query in time",
-                    extra={"kind": kind, "query": name, "waited_s": LISTENER_DRAIN_S},
-                )
+        """Wait until each listener kind has handled every progress of the (stopped) queries it follows."""
+        for kind, (names, listener) in self.listeners.items():
+            for name in names:
+                try:
+                    run_id = str(self.queries[name].runId)
+                except Exception:  # noqa: BLE001 - the JVM is going away: nothing more will come
+                    continue
+                if not listener.drained(run_id, LISTENER_DRAIN_S):
+                    log.warning(
+                        "a listener kind did not handle the last progress of its query in time",
+                        extra={"kind": kind, "query": name, "waited_s": LISTENER_DRAIN_S},
+                    )
 
     def _unlock(self) -> None:
         lock, self.lock = self.lock, None
@@ -792,6 +826,31 @@ def _start(
         for k in KINDS.values()
         if k.name in chosen and k.batch is not None and k.configured(cfg)
     }
+    # The listener kinds: registered before any query starts (they see its first batch), each
+    # told which queries to follow before they start.
+    followers: dict[str, tuple[str, ...]] = {}
+    for kind in (k for k in KINDS.values() if k.name in chosen and k.listener is not None):
+        assert kind.listener is not None
+        configured = [f for f in kind.follows if KINDS[f].configured(cfg)]
+        if not (kind.configured(cfg) and configured):
+            continue  # nothing to follow (no join queries)
+        runs = tuple(f for f in configured if f in chosen)
+        if not runs:
+            log.warning(
+                "kind not run without a kind it follows", extra={"kind": kind.name, "follows": kind.follows}
+            )
+            continue
+        listeners[kind.name] = kind.listener(spark, cfg)
+        followers[kind.name] = runs
+    followed: dict[str, list[str]] = {kind: [] for kind in followers}
+
+    def follow(query: str, kind: str, batch: Any = None) -> None:
+        """Tell each listener kind that follows ``kind`` to follow ``query`` (before it starts)."""
+        for listening, follows in followers.items():
+            if kind in follows and query not in followed[listening]:
+                listeners[listening].follow(query, batch)
+                followed[listening].append(query)
+
     if shared:
         batch = SharedBatch(
             shared,
@@ -815,49 +874,35 @@ def _start(
                 .option("checkpointLocation", str(checkpoint_dir(cfg, SHARED_QUERY)))
             )
 
+        for name in shared:
+            follow(SHARED_QUERY, name, batch)
         starters[SHARED_QUERY] = _starter(shared_writer, cfg, available_now, guard)
         queries[SHARED_QUERY] = starters[SHARED_QUERY]()
         functions |= {SHARED_QUERY: batch, **shared}
         feeds[SHARED_QUERY] = tuple(shared)
-    # The listener kinds: registered before the query they follow starts (they see its first batch).
-    followers: dict[str, str] = {}
-    for kind in (k for k in KINDS.values() if k.name in chosen and k.listener is not None):
-        assert kind.listener is not None and kind.follows is not None
-        if not (kind.configured(cfg) and KINDS[kind.follows].configured(cfg)):
-            continue  # nothing to follow (no join queries)
-        if kind.follows not in chosen:
-            log.warning(
-                "kind not run without the kind it follows", extra={"kind": kind.name, "follows": kind.follows}
-            )
-            continue
-        listeners[kind.name] = kind.listener(spark, cfg)
-        followers[kind.name] = kind.follows
-    started: dict[str, list[str]] = {}
     # The stream kinds: each its own queries (the join's state lives in Spark's state store).
     for stream_kind in (k for k in KINDS.values() if k.name in chosen and k.stream is not None):
         assert stream_kind.stream is not None
         outputs = stream_kind.stream(spark, cfg)
         single = len(outputs) == 1 and stream_kind.name in outputs
-        started[stream_kind.name] = list(outputs)
         for name, df in outputs.items():
             starters[name], function, stream_guard = _query_starter(
                 df, cfg, stream_kind.name, name, single=single, available_now=available_now
             )
+            follow(name, stream_kind.name)
             queries[name] = starters[name]()
             if function is not None:
                 functions[name] = function
             if stream_guard is not None:
                 guards[name] = stream_guard
-    # A listener kind follows the query of the kind it follows (the joins kind runs one).
-    followed: dict[str, tuple[str, KindListener]] = {}
-    for listening, follows in followers.items():
-        if started.get(follows):
-            followed[listening] = (started[follows][0], listeners[listening])
-        else:
+    # A listener kind none of whose queries runs (no join queries, say) stops at once.
+    for listening, names in followed.items():
+        if not names:
             listeners.pop(listening).close()
+    following = {kind: (tuple(names), listeners[kind]) for kind, names in followed.items() if names}
     log.info(
         "pipeline started",
-        extra={"queries": list(queries), "listeners": list(followed), "bootstrap": cfg.kafka.bootstrap},
+        extra={"queries": list(queries), "listeners": list(following), "bootstrap": cfg.kafka.bootstrap},
     )
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
     return Pipeline(
@@ -869,7 +914,7 @@ def _start(
         feeds=feeds,
         starters=starters,
         guards=guards,
-        listeners=followed,
+        listeners=following,
         lock=lock,
     )
 
@@ -911,7 +956,7 @@ ALL = "all"
 
 
 def _reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
-    """The kinds a reset of ``kinds`` touches (joins bring shedding), and whether it is ``all``."""
+    """The kinds a reset of ``kinds`` touches (joins bring shedding and sys), and whether it is ``all``."""
     asked = list(dict.fromkeys(kinds))
     for kind in asked:
         if kind != ALL and kind not in KINDS:
@@ -919,10 +964,10 @@ def _reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
     everything = ALL in asked
     chosen = set(KINDS) if everything else set(asked)
     if "joins" in chosen:
-        # The shedding rows are committed under the joins query's batch ids: a joins query
-        # starting again at batch 0 would replace the commits (and files, already published
-        # under their paths) of the earlier run's first batches.
-        chosen.add("shedding")
+        # The shedding rows, and the sys rows of the joins query, are committed under the joins
+        # query's batch ids: a joins query starting again at batch 0 would replace the commits
+        # (and files, already published under their paths) of the earlier run's first batches.
+        chosen |= {"shedding", "sys"}
     return [k for k in KINDS if k in chosen], everything
 
 
@@ -934,8 +979,9 @@ def reset_plan(cfg: Config, kinds: Iterable[str]) -> list[Path]:
     Spark checkpoint and state store; ``shedding`` has none, but a data directory of an older
     netmon may hold its query's) and its publish mark ``checkpoints/publish/<kind>.json``;
     ``shedding`` also the controller's directory ``control/joins/`` (its fractions, and an older
-    netmon's statistics files); ``joins`` brings ``shedding``. ``all``: every kind, the shared
-    query's checkpoint ``checkpoints/packets/`` and every publish mark.
+    netmon's statistics files); ``joins`` brings ``shedding`` and ``sys`` (whose rows of the joins
+    query are named by its batch ids too; the shared query's go with them). ``all``: every kind,
+    the shared query's checkpoint ``checkpoints/packets/`` and every publish mark.
     """
     chosen, everything = _reset_set(kinds)
     publish = checkpoint_dir(cfg, "publish")
@@ -963,6 +1009,7 @@ def reset_kinds(cfg: Config, kinds: Iterable[str]) -> list[Path]:
     - the joins start their query afresh, from the earliest offsets the topic still holds;
     - shedding (a listener on the joins query) commits its rows from the joins query's next batch
       on, its controller starting from the static ``[shedding]`` fractions;
+    - sys (a listener on every query) commits its rows from each query's next batch on;
     - ``all``: every query starts afresh, from the earliest offsets the topic still holds.
 
     Raises :class:`PipelineRunning` while a pipeline runs on the data directory (the reset holds

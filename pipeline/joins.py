@@ -517,6 +517,10 @@ class SheddingListener(StreamingQueryListener):
             self.seconds = time.perf_counter() - started
             return records
 
+    def follow(self, query: str, batch: Any = None) -> None:
+        """What ``pipeline.job`` tells every listener kind before a query it follows starts; this
+        one tells the joins query by its sink (``sink``), so there is nothing to note."""
+
     def renew(self, controller: SheddingController) -> None:
         """Use ``controller`` from now on; the counts start again."""
         with self._lock:

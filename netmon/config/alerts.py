@@ -104,7 +104,7 @@ class AlertRule:
     """
 
     name: str
-    #: the result kind: traffic, topk, distinct, joins, shedding
+    #: the result kind: traffic, topk, distinct, joins, shedding, sys (or features)
     source: str
     #: the row's column or derived value compared (topk ``share``; traffic ``packets_per_s``, ...);
     #: with aggregate "distinct", the column whose distinct values are counted

@@ -42,7 +42,8 @@ __all__ = [
 
 #: The result kinds the pipeline can run (``[pipeline] kinds``), each written to
 #: ``results/<kind>/`` and republished on ``<prefix><kind>``; alert rules read them too.
-RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding")
+#: ``sys`` is the pipeline's own statistics, a row per micro-batch of each query.
+RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding", "sys")
 #: Producer compression codecs Kafka clients share (``[ingest] compression``).
 COMPRESSIONS: tuple[str, ...] = ("lz4", "zstd", "gzip", "snappy", "none")
 #: Smallest unit of a window: Spark's timestamps are microseconds.
@@ -276,7 +277,7 @@ class PipelineConfig:
     watermark_s: float = 5.0
     trigger_s: float = 1.0
     #: result kinds to run (pipeline.job.KINDS)
-    kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding")
+    kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding", "sys")
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
     #: a record or control message more than this ahead of the wall clock is dropped and counted

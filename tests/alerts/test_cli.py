@@ -99,6 +99,7 @@ def test_rules_lists_builtin_and_configured_rules(state_cfg: Config, tmp_path: P
         "syn-flood",
         "heavy-hitter",
         "pipeline-overload",
+        "pipeline-lag",
         "link-rate",
         "big-victim",
     ]

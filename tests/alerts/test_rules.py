@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -344,6 +345,57 @@ def test_pipeline_overload_uses_batch_time() -> None:
     assert [(n.status, n.subject, n.first_seen) for n in out] == [("firing", "handshake", T0.timestamp())]
     out = feed(engine, "shedding", [shedding(31, 0.5), shedding(32, 0.5)])
     assert [n.status for n in out] == ["resolved"]
+
+
+def _sys_rows(backlogs: list[tuple[int, int, float]]) -> list[dict]:
+    """``sys`` rows of the shared query as the pipeline makes and publishes them: per (second,
+    messages waiting, messages processed per second) a progress through ``pipeline.sys_stats``,
+    encoded by the republisher's JSON Lines (``pipeline.result_json``) and decoded as the alert
+    service does. The events are 1970-era: a replay's timestamps never enter the rule."""
+    from pipeline.result_json import json_lines
+    from pipeline.sys_stats import BatchFigures, Knobs, sys_row, sys_table
+
+    knobs = Knobs(trigger_s=1.0, watermark_s=5.0, shared_batch_messages=600)
+    rows = []
+    for t, waiting, rate in backlogs:
+        progress = {
+            "name": "packets",
+            "batchId": t,
+            "timestamp": at(t),
+            "durationMs": {"addBatch": 900, "triggerExecution": 950},
+            "numInputRows": 600,
+            "processedRowsPerSecond": rate,
+            "sources": [
+                {"endOffset": {"p": {"0": 1000 * t}}, "latestOffset": {"p": {"0": 1000 * t + waiting}}}
+            ],
+        }
+        row = sys_row(progress, knobs, BatchFigures(packets=600_000, newest_ns=86_400 * 10**9))  # 1970-01-02
+        assert row is not None
+        rows.append(row)
+    return [json.loads(line) for line in json_lines(sys_table(rows)).to_pylist()]
+
+
+def test_pipeline_lag_fires_on_a_sustained_backlog_of_the_sys_rows() -> None:
+    rule = next(r for r in DEFAULT_RULES if r.name == "pipeline-lag")
+    engine = RuleEngine(DEFAULT_RULES)
+    # Normal operation: a batch's worth waits now and then (600 messages at 630/s: under 1 s);
+    # lag_s is decades (the capture's own timestamps), which the rule does not read.
+    normal = _sys_rows([(t, 600 if t % 7 == 0 else 0, 630.0) for t in range(120)])
+    assert normal[0]["lag_s"] > 1e9 and max(r["backlog_s"] for r in normal) < 1
+    assert feed(engine, "sys", normal) == [] and not engine.problems
+    # Behind: 40,000 messages at 1,000/s is 40 s of reading (> 30 s), for the rule's 60 s.
+    behind = _sys_rows([(t, 40_000, 1000.0) for t in range(120, 181)])
+    assert {r["backlog_s"] for r in behind} == {40.0}
+    out = feed(engine, "sys", behind)
+    assert [(n.rule, n.status, n.subject, n.first_seen, n.value) for n in out] == [
+        ("pipeline-lag", "firing", "packets", (T0 + dt.timedelta(seconds=120)).timestamp(), 40.0)
+    ]
+    assert rule.for_s == 60 and out[0].at == (T0 + dt.timedelta(seconds=180)).timestamp()
+    # A backlog over the threshold for less than for_s does not fire; caught up, it resolves.
+    out = feed(engine, "sys", _sys_rows([(181, 0, 1000.0), (182, 0, 1000.0)]))
+    assert [n.status for n in out] == ["resolved"]
+    short = _sys_rows([(t, 40_000, 1000.0) for t in range(183, 230)] + [(230, 0, 1000.0), (231, 0, 1.0)])
+    assert feed(engine, "sys", short) == []
 
 
 # --- malformed rows ---------------------------------------------------------------------------

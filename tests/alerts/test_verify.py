@@ -144,21 +144,28 @@ def test_docs_config_examples_load(tmp_path: Path) -> None:
     from netmon.config import load_alerts
 
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for i, block in enumerate(blocks):
         path = tmp_path / f"example{i}.toml"
         path.write_text(block)
         section = load_alerts(path)
         assert section.rules or section.targets
     assert [r.name for r in load_alerts(tmp_path / "example0.toml").rules] == ["big-ddos"]
-    [baseline] = load_alerts(tmp_path / "example1.toml").rules  # "Baseline mode"
+    [stale] = load_alerts(tmp_path / "example1.toml").rules  # the sys rows' lag_s, beside pipeline-lag
+    assert (stale.source, stale.field, stale.threshold, stale.time_field) == (
+        "sys",
+        "lag_s",
+        30,
+        "batch_time",
+    )
+    [baseline] = load_alerts(tmp_path / "example2.toml").rules  # "Baseline mode"
     assert (baseline.mode, baseline.also, baseline.min_value, baseline.threshold) == (
         "baseline",
         ("packets",),
         100,
         100,
     )
-    example = load_alerts(tmp_path / "example2.toml")
+    example = load_alerts(tmp_path / "example3.toml")
     assert [t.format for t in example.targets] == ["slack", "pagerduty"]
     assert [t.signature for t in example.targets] == ["standard", "standard"] and example.keep_days == 7
 

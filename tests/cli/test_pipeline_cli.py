@@ -208,6 +208,8 @@ WRITTEN = [
     ),
     "results/joins/handshake/_spark_metadata/0",
     "results/shedding/_spark_metadata/0",
+    *(f"results/sys/{query}/{COMMITS}/0.json" for query in ("packets", "joins")),
+    *(f"results/sys/{query}/batch-000000/part-00000.parquet" for query in ("packets", "joins")),
     "checkpoints/packets/offsets/0",
     "checkpoints/packets/commits/0",
     "checkpoints/traffic/state/batch-000000.json",
@@ -216,7 +218,10 @@ WRITTEN = [
     "checkpoints/distinct/sketches/batch-000000.json",
     "checkpoints/joins/handshake/offsets/0",
     "checkpoints/shedding/offsets/0",
-    *(f"checkpoints/publish/{kind}.json" for kind in ("traffic", "topk", "distinct", "joins", "shedding")),
+    *(
+        f"checkpoints/publish/{kind}.json"
+        for kind in ("traffic", "topk", "distinct", "joins", "shedding", "sys")
+    ),
     "control/joins/fractions.json",
     "control/joins/stats/batch-000000000000.json",
     "status/pipeline.json",
@@ -241,7 +246,11 @@ RESETS = {
         "checkpoints/shedding",
         "checkpoints/publish/shedding.json",
         "control/joins",
+        # the sys rows of the joins query are named by its batch ids too (no checkpoint of its own)
+        "results/sys",
+        "checkpoints/publish/sys.json",
     ],
+    ("sys",): ["results/sys", "checkpoints/publish/sys.json"],
     ("topk", "traffic", "topk"): [
         "results/traffic",
         "checkpoints/traffic",
@@ -257,6 +266,7 @@ RESETS = {
             for where in ("results", "checkpoints")
         ),
         "control/joins",
+        "results/sys",
         "checkpoints/packets",
         "checkpoints/publish",
     ],

@@ -1,0 +1,265 @@
+"""The Resources page's reads: the pipeline's own statistics (``results/sys/``) beside the cost model.
+
+The ``sys`` kind (``pipeline.sys_stats``, ``docs/results.md``) is one row per micro-batch of each
+pipeline query (``packets``, the shared query of traffic, top-k and distinct; ``joins``), one
+commit per batch under ``results/sys/<query>/``. A day at a 1 s trigger is 86,400 commits per
+query, so a read is bounded to the selected time range (:func:`read_recent`): the commits are
+named by batch id and written in batch order, after their batch's trigger, so a binary search on
+their modification times finds the first one the range can hold, and only the commits from there
+on are read (each once: :class:`_Rows` keeps the rows of the commits it has read).
+
+Beside the measured values, :func:`with_estimates` puts the cost model's estimates
+(``analytics.cost_model``, the constants ``netmon bench calibrate`` measured, as ``netmon
+explain`` uses them) at each batch's measured input rate, and :func:`budgets` the ``[resources]``
+budgets they are held against.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, Workload, load_constants
+from dashboard import data
+from netmon.config import Config
+from netmon.results import COMMITS, SHARED_QUERY, results_dir
+
+__all__ = [
+    "BATCH_KINDS",
+    "COLUMNS",
+    "KNOBS",
+    "RANGES",
+    "SLACK_S",
+    "budgets",
+    "constants",
+    "knobs_over_time",
+    "read_recent",
+    "sys_stats",
+    "with_estimates",
+]
+
+#: The page's time ranges (seconds of batch time, up to the newest batch).
+RANGES: dict[str, float] = {"last 5 min": 300.0, "last 15 min": 900.0, "last 1 h": 3600.0}
+#: How much earlier than the range a commit may have been written and still hold a row in it: a
+#: row's batch time is its trigger's, its commit comes after the batch (and its progress event).
+SLACK_S = 300.0
+#: The kinds the shared query runs (their estimates add up to its cost).
+BATCH_KINDS = ("traffic", "topk", "distinct")
+#: The knobs a row records, as the page plots them over time.
+KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right")
+
+COLUMNS = [
+    "query",
+    "batch_id",
+    "batch_time",
+    "max_event_time",
+    "lag_s",
+    "lag_messages",
+    "backlog_s",
+    "input_messages",
+    "packets",
+    "input_messages_per_s",
+    "processed_messages_per_s",
+    "packets_per_s",
+    "batch_ms",
+    "batch_utilisation",
+    "stage1_s",
+    "traffic_s",
+    "topk_s",
+    "distinct_s",
+    "state_rows",
+    "state_bytes",
+    "join_state_rows",
+    "trigger_s",
+    "watermark_s",
+    "max_batch_messages",
+    "shed_x_left",
+    "shed_x_right",
+    "shed_fractions",
+]
+
+
+class _Rows:
+    """The rows of the commits read so far, by (sink, batch id) and commit time: a commit is
+    parsed once however often the page redraws; a rewritten one (same id, newer time) again.
+    At most ``max_entries`` (least recently used first out)."""
+
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self.max_entries = max_entries
+        self._rows: OrderedDict[tuple[str, int], tuple[int, list[dict[str, Any]]]] = OrderedDict()
+        self._lock = threading.Lock()
+        #: commits parsed (for tests: a redraw parses only the new ones)
+        self.parsed = 0
+
+    def get(self, sink: Path, batch_id: int, mtime_ns: int) -> list[dict[str, Any]]:
+        key = (str(sink), batch_id)
+        with self._lock:
+            hit = self._rows.get(key)
+            if hit is not None and hit[0] == mtime_ns:
+                self._rows.move_to_end(key)
+                return hit[1]
+        rows = _commit_rows(sink, batch_id)
+        with self._lock:
+            self.parsed += 1
+            self._rows[key] = (mtime_ns, rows)
+            while len(self._rows) > self.max_entries:
+                self._rows.popitem(last=False)
+        return rows
+
+
+_ROWS = _Rows()
+
+
+def _commit_rows(sink: Path, batch_id: int) -> list[dict[str, Any]]:
+    """The rows of one committed batch (``pipeline.batch_sink``'s layout); none if unreadable."""
+    try:
+        names = json.loads((sink / COMMITS / f"{batch_id}.json").read_text())["files"]
+        tables = [pq.read_table(sink / name) for name in names]
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return []  # a commit being replaced: read at the next redraw
+    return [row for t in tables for row in t.to_pylist()]
+
+
+def _commits(sink: Path) -> list[int]:
+    """The batch ids committed in ``sink``, ascending (names only: no file is opened)."""
+    try:
+        names = os.listdir(sink / COMMITS)
+    except OSError:
+        return []
+    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+
+def _mtime_ns(sink: Path, batch_id: int) -> int:
+    try:
+        return (sink / COMMITS / f"{batch_id}.json").stat().st_mtime_ns
+    except OSError:
+        return -1  # replaced meanwhile: counts as old
+
+
+def _first_at_or_after(sink: Path, ids: list[int], cutoff_ns: int) -> int:
+    """The index of the first of ``ids`` whose commit was written at ``cutoff_ns`` or later
+    (commits are written in batch order), by binary search: O(log n) file times."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _mtime_ns(sink, ids[mid]) < cutoff_ns:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def read_recent(directory: Path, seconds: float, *, cache: _Rows | None = None) -> pd.DataFrame:
+    """The ``sys`` rows of the last ``seconds`` of batch time (up to the newest batch of any query),
+    by query and batch id. Reads only the commits written since ``seconds`` + :data:`SLACK_S`
+    before the newest one."""
+    cache = _ROWS if cache is None else cache
+    directory = Path(directory)
+    sinks = sorted(p for p in directory.iterdir() if (p / COMMITS).is_dir()) if directory.is_dir() else []
+    committed = {sink: _commits(sink) for sink in sinks}
+    newest = max((_mtime_ns(s, ids[-1]) for s, ids in committed.items() if ids), default=None)
+    if newest is None:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    cutoff = newest - round((seconds + SLACK_S) * 1e9)
+    rows: list[dict[str, Any]] = []
+    for sink, ids in committed.items():
+        for batch_id in ids[_first_at_or_after(sink, ids, cutoff) :]:
+            rows += cache.get(sink, batch_id, _mtime_ns(sink, batch_id))
+    if not rows:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    df = pd.DataFrame.from_records(rows)
+    df = df.reindex(columns=[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)])
+    df["batch_time"] = pd.to_datetime(df["batch_time"], utc=True)
+    df = df[df["batch_time"] >= df["batch_time"].max() - pd.Timedelta(seconds=seconds)]
+    return df.sort_values(["query", "batch_id"], kind="stable").reset_index(drop=True)
+
+
+@data.cached()
+def sys_stats(data_dir: str, seconds: float) -> pd.DataFrame:
+    """The ``sys`` rows of the last ``seconds`` of batch time (:func:`read_recent`)."""
+    cfg = data.config().replace(paths={"data_dir": Path(data_dir)})
+    return read_recent(results_dir(cfg, "sys"), seconds)
+
+
+def constants(cfg: Config) -> tuple[CostConstants, str]:
+    """The cost model's constants (this machine's calibration, else the built-in defaults) and a
+    problem to show (an unreadable calibration: the defaults are used)."""
+    try:
+        return load_constants(cfg.paths.state_dir), ""
+    except ValueError as exc:
+        return DEFAULT_CONSTANTS, str(exc)
+
+
+def _query_of(kind: str) -> str:
+    """The pipeline query that runs a kind's estimates: the batch kinds share ``packets``."""
+    return SHARED_QUERY if kind in BATCH_KINDS else kind
+
+
+def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.DataFrame:
+    """``df`` with the cost model's estimates at each row's measured input rate.
+
+    ``rate_pps``: the packets per second the query took in — the shared query's ``packets_per_s``;
+    for the joins query (which counts no packets) its messages per second times the packets per
+    message the shared query read in the range. ``est_cpu`` (CPU seconds per second, comparable
+    with ``batch_utilisation``), ``est_state_rows`` and ``est_memory_bytes``: the sums over the
+    query's configured queries (``CostModel.estimates``, default key populations as ``netmon
+    explain``); NaN where the rate is unknown.
+    """
+    out = df.copy()
+    shared = out[out["query"] == SHARED_QUERY]
+    messages = pd.to_numeric(shared["input_messages"], errors="coerce").sum()
+    per_message = pd.to_numeric(shared["packets"], errors="coerce").sum() / messages if messages else math.nan
+    rate = pd.to_numeric(out["packets_per_s"], errors="coerce").astype("float64")
+    by_messages = pd.to_numeric(out["input_messages_per_s"], errors="coerce").astype("float64") * per_message
+    out["rate_pps"] = rate.where(out["query"] == SHARED_QUERY, by_messages)
+    model = CostModel(consts, watermark_s=cfg.pipeline.watermark_s)
+    memo: dict[float, dict[str, tuple[float, float, float]]] = {}
+
+    def at(pps: float) -> dict[str, tuple[float, float, float]]:
+        key = float(f"{pps:.3g}")  # three significant digits: the estimates move smoothly
+        if key not in memo:
+            sums: dict[str, tuple[float, float, float]] = {}
+            for e in model.estimates(cfg, Workload(rate_pps=key)):
+                q = _query_of(e.kind)
+                cpu, rows, mem = sums.get(q, (0.0, 0.0, 0.0))
+                sums[q] = (cpu + e.cpu, rows + e.state_rows, mem + e.memory_bytes)
+            memo[key] = sums
+        return memo[key]
+
+    values = [
+        at(pps).get(query, (math.nan,) * 3) if math.isfinite(pps) and pps >= 0 else (math.nan,) * 3
+        for query, pps in zip(out["query"], out["rate_pps"].fillna(math.nan), strict=True)
+    ]
+    out["est_cpu"] = [v[0] for v in values]
+    out["est_state_rows"] = [v[1] for v in values]
+    out["est_memory_bytes"] = [v[2] for v in values]
+    return out
+
+
+def budgets(cfg: Config) -> dict[str, float]:
+    """The ``[resources]`` budgets (CPU s/s, bytes) and their bounds after the reserve, and the
+    joins' own ``[shedding] cpu_budget`` (a share of each trigger interval)."""
+    res = cfg.resources
+    return {
+        "cpu": res.cpu_budget,
+        "cpu_bound": res.cpu_bound,
+        "memory_bytes": float(res.memory_bytes),
+        "memory_bound": res.memory_bound,
+        "shedding_cpu": cfg.shedding.cpu_budget,
+    }
+
+
+def knobs_over_time(df: pd.DataFrame) -> pd.DataFrame:
+    """One query's knobs as long rows ``batch_time, knob, value`` (the knobs it records)."""
+    present = [k for k in KNOBS if k in df.columns and df[k].notna().any()]
+    long = df.melt(id_vars=["batch_time"], value_vars=present, var_name="knob", value_name="value")
+    return long.dropna(subset=["value"]).reset_index(drop=True)

@@ -1,0 +1,132 @@
+"""Resources: per pipeline query, measured CPU, rates, lag and state beside the cost model's estimates."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from dashboard import data, data_resources
+
+cfg = data.config()
+st.title("Resources")
+st.caption(
+    "Every micro-batch of each pipeline query publishes its own statistics (the `sys` kind, "
+    "`results/sys` and the topic `netmon.sys`): its share of the trigger interval, input rates, "
+    "Kafka lag, state and the knobs in force. Beside them, the cost model's estimate at the "
+    "measured input rate (`netmon explain`) and the `[resources]` budgets."
+)
+
+ranges = list(data_resources.RANGES)
+left, right = st.columns([2, 3])
+choice = right.segmented_control(
+    "Time range (batch time, up to the newest batch)", ranges, default="last 15 min"
+)
+seconds = data_resources.RANGES[choice or "last 15 min"]
+names = sorted(data_resources.sys_stats(str(cfg.paths.data_dir), seconds)["query"].unique())
+query = left.selectbox("Query", names) if names else None
+BUDGETS = data_resources.budgets(cfg)
+
+
+def _line(df: pd.DataFrame, columns: list[str], title: str, unit: str) -> None:
+    """A chart of ``columns`` over batch time (those with values only; none: no chart)."""
+    shown = [c for c in columns if df[c].notna().any()]
+    if not shown:
+        return
+    fig = px.line(df, x="batch_time", y=shown, markers=True, title=title)
+    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title=unit, legend_title="")
+    st.plotly_chart(fig, width="stretch")
+
+
+@st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
+def panel() -> None:
+    df = data_resources.sys_stats(str(cfg.paths.data_dir), seconds)
+    if df.empty or query is None:
+        st.info(
+            f"No pipeline statistics yet in {cfg.paths.data_dir}/results/sys — run the pipeline with "
+            "the `sys` kind (a default of `[pipeline] kinds`)."
+        )
+        return
+    consts, problem = data_resources.constants(cfg)
+    if problem:
+        st.warning(f"{problem}; the built-in constants are used")
+    rows = data_resources.with_estimates(df, cfg, consts)
+    rows = rows[rows["query"] == query]
+    if rows.empty:
+        st.info(f"No batches of {query} in the last {seconds / 60:g} min.")
+        return
+    last = rows.iloc[-1]
+    c1, c2, c3, c4, c5, c6 = st.columns(6)
+    c1.metric("CPU share (last batch)", f"{float(last['batch_utilisation']):.0%}")
+    c2.metric("Estimated CPU", "–" if pd.isna(last["est_cpu"]) else f"{float(last['est_cpu']):.0%}")
+    c3.metric("CPU budget", f"{BUDGETS['cpu_bound']:.0%} of {BUDGETS['cpu']:g} s/s")
+    c4.metric("Input", f"{float(last['input_messages_per_s'] or 0):,.0f} msg/s")
+    lag = last["lag_messages"]
+    c5.metric("Kafka lag", "–" if pd.isna(lag) else f"{int(lag):,} msg")
+    c6.metric("Batches", f"{len(rows):,}")
+    st.caption(
+        f"cost model constants: {consts.source}"
+        + ("" if consts.source != "defaults" else " (run `netmon bench calibrate` to measure this machine)")
+    )
+
+    # CPU: the batch's share of the trigger interval, the estimate at its input rate, the budgets.
+    fig = px.line(
+        rows,
+        x="batch_time",
+        y=["batch_utilisation", "est_cpu"],
+        markers=True,
+        title="CPU: measured share of the trigger interval vs the cost model's estimate",
+    )
+    fig.add_hline(y=BUDGETS["cpu_bound"], line_dash="dash", annotation_text="[resources] budget − reserve")
+    if query != "packets":
+        fig.add_hline(y=BUDGETS["shedding_cpu"], line_dash="dot", annotation_text="[shedding] cpu_budget")
+    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="CPU s per s", legend_title="")
+    st.plotly_chart(fig, width="stretch")
+    parts = [c for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s") if rows[c].notna().any()]
+    if parts:
+        fig = px.area(rows, x="batch_time", y=parts, title="Seconds per batch: the shared pass and each kind")
+        fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="s", legend_title="")
+        st.plotly_chart(fig, width="stretch")
+
+    _line(rows, ["input_messages_per_s", "processed_messages_per_s"], "Kafka messages per second", "msg/s")
+    _line(rows, ["packets_per_s", "rate_pps"], "Packets per second (measured; the estimates' rate)", "pkt/s")
+    _line(rows, ["lag_messages"], "Kafka lag: messages waiting after the batch", "messages")
+    _line(rows, ["backlog_s", "lag_s"], "Lag: time to read the backlog, batch time − newest event time", "s")
+    state = "join_state_rows" if rows["join_state_rows"].notna().any() else "state_rows"
+    _line(rows, [state, "est_state_rows"], "State rows: measured vs estimated", "rows")
+    if rows["est_memory_bytes"].notna().any():
+        fig = px.line(rows, x="batch_time", y=["est_memory_bytes"], title="Estimated state memory vs budget")
+        fig.add_hline(y=BUDGETS["memory_bound"], line_dash="dash", annotation_text="budget − reserve")
+        fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="bytes", legend_title="")
+        st.plotly_chart(fig, width="stretch")
+
+    knobs = data_resources.knobs_over_time(rows)
+    fig = px.line(
+        knobs, x="batch_time", y="value", facet_row="knob", line_shape="hv", title="Knobs in force over time"
+    )
+    fig.update_yaxes(matches=None, title="")
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    fig.update_layout(xaxis_title="batch (UTC)", height=150 + 120 * knobs["knob"].nunique())
+    st.plotly_chart(fig, width="stretch")
+
+    columns = [
+        "batch_id",
+        "batch_time",
+        "input_messages",
+        "packets",
+        "batch_ms",
+        "batch_utilisation",
+        "est_cpu",
+        "lag_messages",
+        "lag_s",
+        "state_rows",
+        "join_state_rows",
+        "shed_fractions",
+    ]
+    table = rows[[c for c in columns if rows[c].notna().any()]]
+    st.dataframe(table.tail(50), hide_index=True, width="stretch")
+
+
+panel()
