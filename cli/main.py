@@ -53,6 +53,7 @@ COMMANDS = {
     "demo": "cli.commands.demo:command",
     "eval": "cli.commands.evaluate:command",
     "explain": "cli.commands.explain:command",
+    "maintain": "cli.commands.maintain:command",
     "parse": "cli.commands.parse:command",
     "pipeline": "cli.commands.pipeline:command",
     "replay": "cli.commands.replay:command",

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from netmon.kafka_security import diagnose
@@ -24,6 +24,7 @@ __all__ = [
     "ensure_topic",
     "recreate_topic",
     "security_failure",
+    "set_topic_retention",
 ]
 
 
@@ -111,15 +112,17 @@ def ensure_topic(
     timeout_s: float = 10,
     *,
     security: Mapping[str, Any] | None = None,
+    configs: Mapping[str, str] | None = None,
 ) -> bool:
-    """Create ``topic`` if missing; True when it was created."""
+    """Create ``topic`` if missing (with the topic ``configs``, e.g. ``retention.ms``); True when
+    it was created."""
     admin = _admin(bootstrap, timeout_s, security)
     try:
         if topic in admin.list_topics():
             return False
         # Wait for the metadata so a producer or Spark sees the new partitions at once.
         admin.create_topics(
-            [NewTopic(topic, partitions, replication)],
+            [NewTopic(topic, partitions, replication, topic_configs=dict(configs or {}))],
             timeout_ms=int(timeout_s * 1000),
             wait_for_metadata=True,
         )
@@ -159,3 +162,33 @@ def recreate_topic(
                 time.sleep(0.3)
     finally:
         admin.close()
+
+
+def set_topic_retention(
+    bootstrap: str,
+    topics: list[str],
+    retention_ms: int,
+    partitions: int = 2,
+    replication: int = 1,
+    timeout_s: float = 10,
+    *,
+    security: Mapping[str, Any] | None = None,
+) -> None:
+    """Give ``topics`` the topic config ``retention.ms`` (creating those missing with it).
+
+    Only that key changes (an incremental alter on brokers since Kafka 2.3); raises
+    ``KafkaError`` naming the topic when the broker refuses.
+    """
+    configs = {"retention.ms": str(retention_ms)}
+    for topic in topics:
+        ensure_topic(bootstrap, topic, partitions, replication, timeout_s, security=security, configs=configs)
+    admin = _admin(bootstrap, timeout_s, security)
+    try:
+        results = admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, configs=dict(configs)) for t in topics]
+        )
+    finally:
+        admin.close()
+    for topic, result in (results.get("topic") or {}).items():
+        if result != "OK":
+            raise KafkaError(f"setting retention.ms of topic {topic}: {result}")

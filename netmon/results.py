@@ -8,12 +8,22 @@ blindly would count it twice. :func:`read_results` reads exactly the committed f
 A kind whose last stage runs in ``foreachBatch`` (distinct counts) writes ``batch-<id>/`` directories
 and names their files in ``<dir>/_commits/<id>.json`` once they are whole (``pipeline.batch_sink``);
 the same functions read that log instead.
+
+Compaction (``pipeline.retention``) rewrites the files of many such batches as one file and names it
+in a manifest ``<dir>/_compacted/<hour>.json`` together with the batch ids it covers; a reader skips
+the commits of covered batches. The commits are read before the manifests and a manifest is in
+place before the commits it covers go, so a reader sees each batch's rows once, from its commit or
+from the compacted file, at every instant (``docs/results.md``, "Retention and compaction").
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -23,22 +33,31 @@ from netmon.config import Config
 
 __all__ = [
     "COMMITS",
+    "COMPACTED",
     "PIPELINE_LOCK",
     "RESULT_VERSIONS",
     "SHARED_QUERY",
     "checkpoint_dir",
     "committed_files",
+    "compactions",
+    "covered_by",
     "is_sink",
     "message_rows",
     "read_results",
     "result_files",
     "result_topic",
     "results_dir",
+    "sink_files",
     "status_file",
 ]
 
 #: ``pipeline.batch_sink``'s commit log, beside the files of a kind written per micro-batch
 COMMITS = "_commits"
+#: times read_results lists the files again when one went between listing and reading
+_READ_ATTEMPTS = 5
+#: compaction manifests beside the commit log: ``<hour>.json`` names a compacted file and the
+#: batches whose rows it holds (``pipeline.retention``)
+COMPACTED = "_compacted"
 #: the lock a running pipeline holds on its data directory (``<data>/pipeline.lock``)
 PIPELINE_LOCK = "pipeline.lock"
 #: the pipeline's shared streaming query (one Kafka read for the batch kinds); its checkpoint is
@@ -96,30 +115,86 @@ def is_sink(directory: Path) -> bool:
     return (Path(directory) / "_spark_metadata").is_dir() or (Path(directory) / COMMITS).is_dir()
 
 
-def _batch_commits(log: Path) -> list[Path]:
-    """The files named by ``pipeline.batch_sink``'s commit log (one JSON file per batch)."""
-    files: list[Path] = []
+def _batch_commits(log: Path) -> dict[int, list[str]]:
+    """The file names (relative to the log's directory) of each batch in ``pipeline.batch_sink``'s
+    commit log (one JSON file per batch, ``<id>.json``)."""
+    commits: dict[int, list[str]] = {}
     for entry in sorted(log.glob("*.json")):
+        if not entry.stem.isdigit():
+            continue
         try:
-            names = json.loads(entry.read_text())["files"]
-        except (OSError, ValueError, KeyError):
-            continue  # a commit being replaced: its batch is read once it is whole
-        files.extend(log.parent / name for name in names)
-    return sorted(f for f in files if f.exists())
+            commits[int(entry.stem)] = list(json.loads(entry.read_text())["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a commit being replaced or removed: its batch is read once it is whole
+    return commits
+
+
+def compactions(directory: Path) -> dict[str, dict[str, Any]]:
+    """The compaction manifests of a sink directory by name (``<dir>/_compacted/<name>.json``).
+
+    Each holds ``batches`` (the ids of the batches whose rows it holds, as inclusive ranges
+    ``[[first, last], ...]``; their commits are not read) and ``files`` (the compacted files,
+    relative to ``directory``), with ``hour``, ``column`` (the time column), ``generation``,
+    ``rows``, ``min_us`` and ``max_us`` (event-time bounds, microseconds).
+    """
+    manifests: dict[str, dict[str, Any]] = {}
+    for entry in sorted((Path(directory) / COMPACTED).glob("*.json")):
+        try:
+            manifest = json.loads(entry.read_text())
+            manifest["batches"] = [(int(lo), int(hi)) for lo, hi in manifest["batches"]]
+            manifest["files"] = [str(f) for f in manifest["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # removed meanwhile (retention)
+        manifests[entry.stem] = manifest
+    return manifests
+
+
+def covered_by(manifests: Iterable[dict[str, Any]]) -> Callable[[int], bool]:
+    """Whether a batch id is covered by one of ``manifests`` (:func:`compactions`' values).
+
+    >>> covered = covered_by([{"batches": [(0, 3), (7, 7)]}, {"batches": [(9, 12)]}])
+    >>> [b for b in range(14) if covered(b)]
+    [0, 1, 2, 3, 7, 9, 10, 11, 12]
+    """
+    spans = sorted(span for m in manifests for span in m["batches"])
+    firsts = [lo for lo, _ in spans]
+    lasts = list(itertools.accumulate((hi for _, hi in spans), max))
+
+    def covered(batch: int) -> bool:
+        i = bisect.bisect_right(firsts, batch) - 1
+        return i >= 0 and lasts[i] >= batch
+
+    return covered
 
 
 def committed_files(directory: Path) -> list[Path]:
     """The Parquet files of ``directory`` that its sink logs say are committed.
 
     A directory may hold both logs: Spark's file sink wrote it before the kind moved to the
-    shared micro-batch (``pipeline.job``), netmon's commit log since; both are read.
+    shared micro-batch (``pipeline.job``), netmon's commit log since; both are read. A batch
+    covered by a compaction manifest is read from the compacted file, not from its commit.
     """
-    files = _batch_commits(Path(directory) / COMMITS) if (Path(directory) / COMMITS).is_dir() else []
-    return files + _sink_files(Path(directory))
+    directory = Path(directory)
+    files: list[Path] = []
+    if (directory / COMMITS).is_dir():
+        # Commits (and whether their files exist) first, manifests second: a manifest is in place
+        # before the commits and files it covers go, so one missed here is covered by a manifest
+        # read below. A file that goes after this (a compacted file replaced by a later one,
+        # files that expired) fails the read, and read_results lists again.
+        commits = {
+            batch: [directory / n for n in names if (directory / n).exists()]
+            for batch, names in _batch_commits(directory / COMMITS).items()
+        }
+        manifests = list(compactions(directory).values())
+        covered = covered_by(manifests)
+        files += [f for batch, batch_files in commits.items() if not covered(batch) for f in batch_files]
+        files += [directory / n for m in manifests for n in m["files"]]
+    return sorted(files) + sink_files(directory)
 
 
-def _sink_files(directory: Path) -> list[Path]:
-    """The files Spark's file sink log (``_spark_metadata``) names as committed."""
+def sink_files(directory: Path) -> list[Path]:
+    """The files Spark's file sink log (``_spark_metadata``) names as committed and that still
+    exist (retention deletes expired files without touching Spark's log)."""
     meta = Path(directory) / "_spark_metadata"
     if not meta.is_dir():
         return []
@@ -155,8 +230,19 @@ def read_results(directory: Path, columns: list[str] | None = None) -> pa.Table 
     """All committed rows of a result directory, or ``None`` when nothing is committed yet.
 
     A kind with several queries keeps one sink per query in a subdirectory: they are all read.
+    A file removed between listing and reading (compaction replaced it, retention expired it) is
+    read from the new listing.
     """
-    files = result_files(directory)
-    if not files:
-        return None
-    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files], promote_options="default")
+    attempts = _READ_ATTEMPTS
+    while True:
+        files = result_files(directory)
+        if not files:
+            return None
+        try:
+            tables = [pq.read_table(f, columns=columns) for f in files]
+        except FileNotFoundError:
+            attempts -= 1
+            if not attempts:
+                raise
+            continue
+        return pa.concat_tables(tables, promote_options="default")

@@ -5,7 +5,8 @@ shared query that reads Kafka once and hands each micro-batch to the batch kinds
 and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass) and ``distinct`` —
 plus the joins' own streaming query (``joins`` with ``join_state``; the live
 ``shedding_controller`` runs in its progress listener and commits the ``shedding`` rows), and
-follows their progress. ``batch_state`` keeps a batch kind's state
+follows their progress; ``sys_stats`` commits every query's per-batch statistics (the ``sys``
+rows) from another listener. ``batch_state`` keeps a batch kind's state
 per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
 stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
 (``result_json`` writes their rows as JSON, a column at a time).
@@ -26,9 +27,11 @@ __all__ = [
     "partials",
     "publish",
     "result_json",
+    "retention",
     "session",
     "shedding_controller",
     "source",
+    "sys_stats",
     "topk",
     "topk_state",
     "traffic",

@@ -25,6 +25,7 @@ from netmon.config.alerts import (
 from netmon.config.checks import ConfigError
 from netmon.config.loader import Config, alerts_config, load_alerts, load_config
 from netmon.config.resources import ResourcesConfig
+from netmon.config.retention import RetentionConfig
 from netmon.config.sections import (
     BUDGET_SCOPES,
     COMPRESSIONS,
@@ -76,6 +77,7 @@ __all__ = [
     "PipelineConfig",
     "QueriesConfig",
     "ResourcesConfig",
+    "RetentionConfig",
     "ServicesConfig",
     "SheddingConfig",
     "SparkConfig",

@@ -32,6 +32,7 @@ from typing import Any
 from netmon.config.alerts import AlertsConfig
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
+from netmon.config.retention import RetentionConfig
 from netmon.config.sections import (
     DashboardConfig,
     IngestConfig,
@@ -65,6 +66,8 @@ class Config:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    #: how long results are kept, their compaction, and the Kafka topics' retention
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     #: the TOML file this came from, if any
     source: Path | None = None
 
