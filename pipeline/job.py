@@ -58,6 +58,7 @@ from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
+from pipeline.retention import Maintainer, apply_topic_retention
 from pipeline.source import kafka_stream, raw_messages
 
 __all__ = [
@@ -475,6 +476,8 @@ class Pipeline:
     stats: dict[str, QueryStats] = field(default_factory=dict)
     #: republishes committed results to Kafka topics ``netmon.<kind>`` (None: Parquet only)
     publisher: ResultPublisher | None = None
+    #: compacts and expires committed results every ``[retention] interval_s`` (``pipeline.retention``)
+    maintainer: Maintainer | None = None
     #: the ``foreachBatch`` functions of ``BatchOutput`` queries; a ``late_rows`` counter of theirs
     #: is added to ``late_dropped`` (they drop late rows themselves, not a state store)
     batch_functions: dict[str, Any] = field(default_factory=dict)
@@ -556,6 +559,13 @@ class Pipeline:
             st.kind_ms = round(listener.seconds * 1000)
         if self.publisher is not None:
             self.publisher.publish()
+        if self.maintainer is not None and not self._stopping:
+            # After the publisher, in the same thread: compaction only takes published files and
+            # both rewrite the publish mark.
+            try:
+                self.maintainer.run_if_due()
+            except Exception as exc:  # noqa: BLE001 - results stay as they are; retried next interval
+                log.warning("results maintenance failed", extra={"error": _first_line(exc)})
         self._write_status()
         return self.stats
 
@@ -905,11 +915,17 @@ def _start(
         extra={"queries": list(queries), "listeners": list(following), "bootstrap": cfg.kafka.bootstrap},
     )
     publisher = ResultPublisher(cfg, chosen) if cfg.pipeline.publish_results else None
+    try:
+        # [retention] kafka_retention_hours on the packets and result topics (Kafka keeps it).
+        apply_topic_retention(cfg, chosen)
+    except Exception as exc:  # noqa: BLE001 - a broker that refuses topic configs must not stop the pipeline
+        log.warning("topic retention not set", extra={"error": _first_line(exc)})
     return Pipeline(
         spark,
         cfg,
         queries,
         publisher=publisher,
+        maintainer=Maintainer(cfg, chosen),
         batch_functions=functions,
         feeds=feeds,
         starters=starters,

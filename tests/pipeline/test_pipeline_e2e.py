@@ -243,3 +243,35 @@ def test_counters_count_every_batch_after_an_idle_gap_and_a_replay_dropped_as_la
     assert (stats.packets, stats.late_dropped, stats.control) == (2 * acked, acked, 2)
     assert stats.batches >= 2
     assert sum(p for p, _ in _results(cfg).values()) == acked  # the late copy added nothing
+
+
+def test_the_running_pipeline_compacts_published_hours_and_loses_or_repeats_nothing(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """[retention] wired into Pipeline.poll: hours compacted behind the publisher, same rows."""
+    from ingest.generate import generate
+    from netmon.results import COMPACTED
+
+    capture = tmp_path / "three-hours.pcap"
+    generate(capture, scenario="baseline", packets=6_000, duration_s=3 * 3600.0, seed=5)
+    cfg = _config(netmon_config, tmp_path, "netmon.test.e2e-retention").replace(
+        retention={"compact_after_s": 0.0, "interval_s": 0.1},
+        # several batches per hour, so there is something to compact
+        pipeline={"max_batch_messages": 1},
+    )
+    expected = traffic_per_window(capture, watermark_ns=round(cfg.pipeline.watermark_s * 1e9))
+    acked = _replay(cfg, capture, records_per_message=200)
+    pipeline = start_pipeline(spark, cfg, kinds=("traffic",))
+    try:
+        got = _wait_for(pipeline, cfg, acked)
+        for _ in range(3):
+            pipeline.poll()  # the maintainer runs after the publisher, every interval_s
+            time.sleep(0.2)
+        after = _results(cfg)
+    finally:
+        pipeline.stop()
+    assert got == expected and after == expected  # compaction lost and repeated nothing
+    manifests = list((results_dir(cfg, "traffic") / COMPACTED).glob("*.json"))
+    assert len(manifests) >= 2  # at least the first two closed hours, compacted by the pipeline
+    published = _consume_json(cfg.kafka.bootstrap, f"{cfg.kafka.packets_topic}.traffic", len(expected) + 1)
+    assert len(published) == len(expected)  # compacted rows were not republished
