@@ -78,6 +78,7 @@ __all__ = [
     "StoppableBatch",
     "is_broker_outage",
     "reset_kinds",
+    "reset_set",
     "reset_plan",
     "start_pipeline",
 ]
@@ -971,7 +972,7 @@ def _release(lock: IO[str]) -> None:
 ALL = "all"
 
 
-def _reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
+def reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
     """The kinds a reset of ``kinds`` touches (joins bring shedding and sys), and whether it is ``all``."""
     asked = list(dict.fromkeys(kinds))
     for kind in asked:
@@ -999,7 +1000,7 @@ def reset_plan(cfg: Config, kinds: Iterable[str]) -> list[Path]:
     query are named by its batch ids too; the shared query's go with them). ``all``: every kind,
     the shared query's checkpoint ``checkpoints/packets/`` and every publish mark.
     """
-    chosen, everything = _reset_set(kinds)
+    chosen, everything = reset_set(kinds)
     publish = checkpoint_dir(cfg, "publish")
     paths: list[Path] = []
     for kind in chosen:

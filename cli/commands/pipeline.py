@@ -35,9 +35,9 @@ RESET_HELP = (
     "traffic/topk/distinct: their results and state only; the shared Kafka read keeps its offsets, so "
     "the other kinds are not replayed and KIND starts empty from the next batch on (windows open at "
     "the reset lose their earlier packets; packets read before are not read again for it). "
-    "joins (which brings shedding): the joins query starts afresh from the earliest offsets the topic "
-    "still holds. shedding: its rows and the controller's fractions go; it commits again from the joins "
-    "query's next batch. all: everything, every query from the earliest offsets. "
+    "joins (which brings shedding and sys): the joins query starts afresh from the earliest offsets "
+    "the topic still holds. shedding: its rows and the controller's fractions go; it commits again "
+    "from the joins query's next batch. all: everything, every query from the earliest offsets. "
     "Refused while a pipeline runs on the data directory."
 )
 

@@ -25,7 +25,7 @@ from netmon.config import RESULT_KINDS, Config
     "kinds",
     multiple=True,
     type=click.Choice([*RESULT_KINDS, "all"]),
-    help="A result kind to reset (repeatable; default: all). joins brings shedding.",
+    help="A result kind to reset (repeatable; default: all). joins brings shedding and sys.",
 )
 @click.option("--topics", is_flag=True, help="Also delete the Kafka topics (see above).")
 @click.option("--yes", is_flag=True, help="Remove without asking.")
@@ -33,12 +33,12 @@ from netmon.config import RESULT_KINDS, Config
 def command(cfg: Config, kinds: tuple[str, ...], topics: bool, yes: bool) -> None:
     """Remove checkpoints and results (and with --topics the Kafka topics), after asking."""
     from netmon.results import result_topic
-    from pipeline.job import PipelineRunning, reset_kinds, reset_plan
+    from pipeline.job import PipelineRunning, reset_kinds, reset_plan, reset_set
 
     kinds = kinds or ("all",)
     everything = "all" in kinds
     paths = reset_plan(cfg, kinds)
-    chosen = RESULT_KINDS if everything else _with_shedding(kinds)
+    chosen = RESULT_KINDS if everything else reset_set(kinds)[0]
     names = [result_topic(cfg, k) for k in chosen] + ([cfg.kafka.packets_topic] if everything else [])
     present = _existing_topics(cfg, names) if topics else []
     if not paths and not present:
@@ -61,11 +61,6 @@ def command(cfg: Config, kinds: tuple[str, ...], topics: bool, yes: bool) -> Non
         _delete_topics(cfg, present)
         for topic in present:
             click.echo(f"deleted Kafka topic {topic}", err=True)
-
-
-def _with_shedding(kinds: tuple[str, ...]) -> list[str]:
-    chosen = set(kinds) | ({"shedding"} if "joins" in kinds else set())
-    return [k for k in RESULT_KINDS if k in chosen]
 
 
 def _admin(cfg: Config):  # noqa: ANN202 - kafka-python is imported lazily

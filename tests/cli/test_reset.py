@@ -102,3 +102,22 @@ def test_reset_is_refused_while_a_pipeline_runs(tmp_path: Path) -> None:
     nothing = CliRunner().invoke(cli, ["reset", "--kind", "topk", "--yes"], env=env)
     assert nothing.exit_code == 0
     assert nothing.output.strip() == f"netmon reset: nothing to remove under {data}"
+
+
+@pytest.mark.kafka
+def test_reset_joins_with_topics_also_removes_the_shedding_and_sys_topics(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    # both kinds commit under the joins query's batch ids: a joins reset must take them along
+    toml, _, prefix = _setup(tmp_path, kafka_bootstrap)
+    for kind in ("joins", "shedding", "sys"):
+        ensure_topic(kafka_bootstrap, f"{prefix}.{kind}", 1)
+    result = CliRunner().invoke(cli, ["--config", str(toml), "reset", "--kind", "joins", "--topics", "--yes"])
+    assert result.exit_code == 0, result.output
+    for kind in ("joins", "shedding", "sys"):
+        assert f"deleted Kafka topic {prefix}.{kind}" in result.output
+    assert _topics(kafka_bootstrap, prefix, expect={prefix, f"{prefix}.traffic", f"{prefix}.topk"}) == {
+        prefix,
+        f"{prefix}.traffic",
+        f"{prefix}.topk",
+    }
