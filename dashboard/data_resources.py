@@ -8,6 +8,11 @@ named by batch id and written in batch order, after their batch's trigger, so a 
 their modification times finds the first one the range can hold, and only the commits from there
 on are read (each once: :class:`_Rows` keeps the rows of the commits it has read).
 
+Results maintenance (``pipeline.retention``, ``[retention] compact_after_s``) rewrites a query's
+older batches as one file per hour of batch time and removes their commits. A read also takes the
+compacted hours its range overlaps (their manifests only, then only those files, filtered to the
+range), and a batch a manifest covers only from its compacted file (:func:`read_between`).
+
 Beside the measured values, :func:`with_estimates` puts the cost model's estimates
 (``analytics.cost_model``, the constants ``netmon bench calibrate`` measured, as ``netmon
 explain`` uses them) at each batch's measured input rate, and :func:`budgets` the ``[resources]``
@@ -16,6 +21,7 @@ budgets they are held against.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -31,7 +37,14 @@ import pyarrow.parquet as pq
 from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, Workload, load_constants
 from dashboard import data
 from netmon.config import Config
-from netmon.results import COMMITS, SHARED_QUERY, results_dir
+from netmon.results import (
+    COMMITS,
+    COMPACTED,
+    SHARED_QUERY,
+    compactions_between,
+    covered_by,
+    results_dir,
+)
 
 __all__ = [
     "BATCH_KINDS",
@@ -42,6 +55,7 @@ __all__ = [
     "budgets",
     "constants",
     "knobs_over_time",
+    "read_between",
     "read_recent",
     "sys_stats",
     "with_estimates",
@@ -49,13 +63,23 @@ __all__ = [
 
 #: The page's time ranges (seconds of batch time, up to the newest batch).
 RANGES: dict[str, float] = {"last 5 min": 300.0, "last 15 min": 900.0, "last 1 h": 3600.0}
-#: How much earlier than the range a commit may have been written and still hold a row in it: a
-#: row's batch time is its trigger's, its commit comes after the batch (and its progress event).
+#: How far from a batch's time its commit's file time may be: a row's batch time is its trigger's,
+#: its commit comes after the batch (and its progress event); a read takes the commits written
+#: this much either side of its range.
 SLACK_S = 300.0
+#: The ``sys`` rows' time column: the compaction of ``results/sys/`` (``pipeline.retention``) groups
+#: and bounds its hours by it (the first of ``pipeline.publish.TIME_COLUMNS`` the rows have).
+TIME_COLUMN = "batch_time"
 #: The kinds the shared query runs (their estimates add up to its cost).
 BATCH_KINDS = ("traffic", "topk", "distinct")
 #: The knobs a row records, as the page plots them over time.
 KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right")
+
+#: times a read lists a sink again when a compacted file went between listing and reading
+_READ_ATTEMPTS = 5
+#: a sink's newest commits tried for the newest batch time (one may be being replaced)
+_NEWEST_TRIED = 3
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 COLUMNS = [
     "query",
@@ -158,29 +182,117 @@ def _first_at_or_after(sink: Path, ids: list[int], cutoff_ns: int) -> int:
     return lo
 
 
-def read_recent(directory: Path, seconds: float, *, cache: _Rows | None = None) -> pd.DataFrame:
-    """The ``sys`` rows of the last ``seconds`` of batch time (up to the newest batch of any query),
-    by query and batch id. Reads only the commits written since ``seconds`` + :data:`SLACK_S`
-    before the newest one."""
+def _sinks(directory: Path) -> list[Path]:
+    """The ``sys`` kind's sinks: one per pipeline query, ``<directory>/<query>/``."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if (p / COMMITS).is_dir() or (p / COMPACTED).is_dir())
+
+
+def _newest(sinks: list[Path], cache: _Rows) -> dt.datetime | None:
+    """The newest batch time of any sink: its newest commit's (a sink's newest commits are never
+    compacted, ``pipeline.retention.KEEP_NEWEST``; one being replaced: the one before)."""
+    found: list[dt.datetime] = []
+    for sink in sinks:
+        ids = _commits(sink)
+        for batch_id in reversed(ids[-_NEWEST_TRIED:]):
+            rows = cache.get(sink, batch_id, _mtime_ns(sink, batch_id))
+            if rows:
+                found.append(max(r["batch_time"] for r in rows))
+                break
+    return max(found, default=None)
+
+
+def _compacted_rows(path: Path, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+    """The rows of a compacted file (``pipeline.retention``) whose batch time is in [start, end]."""
+    table = pq.read_table(path, filters=[(TIME_COLUMN, ">=", start), (TIME_COLUMN, "<=", end)])
+    return table.to_pylist()
+
+
+def _sink_rows(
+    sink: Path, start: dt.datetime, end: dt.datetime, cache: _Rows, *, to_newest: bool = False
+) -> list[dict[str, Any]]:
+    """One sink's rows of batch time [start, end] (and some around it, from the commits): the
+    commits written from :data:`SLACK_S` before ``start`` to as long after ``end`` (or the newest,
+    ``to_newest``), then the compacted hours the range overlaps; a batch a manifest covers from
+    its compacted file only."""
+    slack_ns = round(SLACK_S * 1e9)
+    start_us, end_us = _micros(start), _micros(end)
+    attempts = _READ_ATTEMPTS
+    while True:
+        # The commits first, the manifests second (netmon.results): a manifest is in place before
+        # the commits it covers go, so a batch compacted meanwhile is covered by one read below.
+        ids = _commits(sink)
+        first = _first_at_or_after(sink, ids, start_us * 1000 - slack_ns)
+        last = len(ids) if to_newest else _first_at_or_after(sink, ids, end_us * 1000 + slack_ns + 1)
+        batches = {b: cache.get(sink, b, _mtime_ns(sink, b)) for b in ids[first:last]}
+        manifests = list(compactions_between(sink, start_us, end_us).values())
+        covered = covered_by(manifests)
+        rows = [row for b, batch_rows in batches.items() if not covered(b) for row in batch_rows]
+        try:
+            for manifest in manifests:
+                for name in manifest["files"]:
+                    rows += _compacted_rows(sink / name, start, end)
+        except FileNotFoundError:
+            # The hour was compacted again (a new file, the old one gone) or expired: list again.
+            attempts -= 1
+            if not attempts:
+                raise
+            continue
+        return rows
+
+
+def read_between(
+    directory: Path, start: dt.datetime, end: dt.datetime, *, cache: _Rows | None = None
+) -> pd.DataFrame:
+    """The ``sys`` rows of batch time [start, end] (tz-aware), by query and batch id.
+
+    Per query, from the commits written in the range (with :data:`SLACK_S` either side; found
+    by binary search on their file times) and from the compacted hours (``pipeline.retention``)
+    whose rows overlap the range (``netmon.results.compactions_between``), each batch once: one
+    a manifest covers is read from its compacted file, never from its commit. The cost follows
+    the range, not the history.
+    """
     cache = _ROWS if cache is None else cache
-    directory = Path(directory)
-    sinks = sorted(p for p in directory.iterdir() if (p / COMMITS).is_dir()) if directory.is_dir() else []
-    committed = {sink: _commits(sink) for sink in sinks}
-    newest = max((_mtime_ns(s, ids[-1]) for s, ids in committed.items() if ids), default=None)
-    if newest is None:
-        return pd.DataFrame({c: [] for c in COLUMNS})
-    cutoff = newest - round((seconds + SLACK_S) * 1e9)
     rows: list[dict[str, Any]] = []
-    for sink, ids in committed.items():
-        for batch_id in ids[_first_at_or_after(sink, ids, cutoff) :]:
-            rows += cache.get(sink, batch_id, _mtime_ns(sink, batch_id))
+    for sink in _sinks(Path(directory)):
+        rows += _sink_rows(sink, start, end, cache)
+    return _frame(rows, start, end)
+
+
+def read_recent(directory: Path, seconds: float, *, cache: _Rows | None = None) -> pd.DataFrame:
+    """The ``sys`` rows of the last ``seconds`` of batch time, up to the newest batch of any query
+    (:func:`read_between`)."""
+    cache = _ROWS if cache is None else cache
+    sinks = _sinks(Path(directory))
+    end = _newest(sinks, cache)
+    if end is None:
+        return _empty()
+    start = end - dt.timedelta(seconds=seconds)
+    rows: list[dict[str, Any]] = []
+    for sink in sinks:
+        rows += _sink_rows(sink, start, end, cache, to_newest=True)
+    return _frame(rows, start, end)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in COLUMNS})
+
+
+def _frame(rows: list[dict[str, Any]], start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The rows of batch time [start, end] as the page's frame, by query and batch id."""
     if not rows:
-        return pd.DataFrame({c: [] for c in COLUMNS})
+        return _empty()
     df = pd.DataFrame.from_records(rows)
     df = df.reindex(columns=[*COLUMNS, *(c for c in df.columns if c not in COLUMNS)])
     df["batch_time"] = pd.to_datetime(df["batch_time"], utc=True)
-    df = df[df["batch_time"] >= df["batch_time"].max() - pd.Timedelta(seconds=seconds)]
+    df = df[(df["batch_time"] >= pd.Timestamp(start)) & (df["batch_time"] <= pd.Timestamp(end))]
     return df.sort_values(["query", "batch_id"], kind="stable").reset_index(drop=True)
+
+
+def _micros(t: dt.datetime) -> int:
+    """A tz-aware time in microseconds since the epoch (as compaction manifests count)."""
+    return (t - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 @data.cached()

@@ -19,8 +19,10 @@ from the compacted file, at every instant (``docs/results.md``, "Retention and c
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ __all__ = [
     "checkpoint_dir",
     "committed_files",
     "compactions",
+    "compactions_between",
     "covered_by",
     "is_sink",
     "message_rows",
@@ -58,6 +61,8 @@ _READ_ATTEMPTS = 5
 #: compaction manifests beside the commit log: ``<hour>.json`` names a compacted file and the
 #: batches whose rows it holds (``pipeline.retention``)
 COMPACTED = "_compacted"
+#: the span of a compaction manifest's rows: the hour it is named after
+_HOUR_US = 3_600_000_000
 #: the lock a running pipeline holds on its data directory (``<data>/pipeline.lock``)
 PIPELINE_LOCK = "pipeline.lock"
 #: the pipeline's shared streaming query (one Kafka read for the batch kinds); its checkpoint is
@@ -139,14 +144,61 @@ def compactions(directory: Path) -> dict[str, dict[str, Any]]:
     """
     manifests: dict[str, dict[str, Any]] = {}
     for entry in sorted((Path(directory) / COMPACTED).glob("*.json")):
-        try:
-            manifest = json.loads(entry.read_text())
-            manifest["batches"] = [(int(lo), int(hi)) for lo, hi in manifest["batches"]]
-            manifest["files"] = [str(f) for f in manifest["files"]]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # removed meanwhile (retention)
-        manifests[entry.stem] = manifest
+        manifest = _manifest(entry)
+        if manifest is not None:
+            manifests[entry.stem] = manifest
     return manifests
+
+
+def compactions_between(directory: Path, min_us: int, max_us: int) -> dict[str, dict[str, Any]]:
+    """The manifests of :func:`compactions` whose rows may lie in ``[min_us, max_us]`` (their time
+    column, microseconds since the epoch): those whose ``[min_us, max_us]`` overlaps it.
+
+    Only the manifests of the hours that overlap it are opened (a manifest is named after the
+    hour its rows lie in, ``<YYYYMMDD>T<HH>``): the cost follows the range, not the history.
+    """
+    manifests: dict[str, dict[str, Any]] = {}
+    log = Path(directory) / COMPACTED
+    try:
+        names = sorted(n for n in os.listdir(log) if n.endswith(".json"))
+    except OSError:
+        return manifests
+    for name in names:
+        hour_us = _hour_us(name[:-5])
+        if hour_us is not None and not (hour_us <= max_us and hour_us + _HOUR_US > min_us):
+            continue
+        manifest = _manifest(log / name)
+        if manifest is None:
+            continue
+        low, high = manifest.get("min_us"), manifest.get("max_us")
+        if low is not None and high is not None and (int(high) < min_us or int(low) > max_us):
+            continue
+        manifests[name[:-5]] = manifest
+    return manifests
+
+
+def _hour_us(name: str) -> int | None:
+    """The start of the hour a manifest is named after, in microseconds (None: not such a name).
+
+    >>> _hour_us("20240501T12"), _hour_us("other")
+    (1714564800000000, None)
+    """
+    try:
+        start = dt.datetime.strptime(name, "%Y%m%dT%H").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return round(start.timestamp()) * 1_000_000
+
+
+def _manifest(entry: Path) -> dict[str, Any] | None:
+    """One manifest, its ``batches`` as tuples; None when it went meanwhile (retention)."""
+    try:
+        manifest = json.loads(entry.read_text())
+        manifest["batches"] = [(int(lo), int(hi)) for lo, hi in manifest["batches"]]
+        manifest["files"] = [str(f) for f in manifest["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(manifest)
 
 
 def covered_by(manifests: Iterable[dict[str, Any]]) -> Callable[[int], bool]:

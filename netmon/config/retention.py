@@ -34,8 +34,8 @@ class RetentionConfig:
     #: compact a per-batch kind's files into one file per event-time hour
     compact: bool = True
     #: a batch is compacted only once its commit is this old, by the wall clock and behind the
-    #: query's newest commit: the dashboard's Resources page reads the last hour of ``sys``
-    #: batches (and 5 min of slack) from the commit log itself, so the default keeps two hours.
+    #: query's newest commit (readers, the dashboard's Resources page too, read compacted hours
+    #: as well as commits: any value is safe for them)
     compact_after_s: float = 7200.0
     #: ``retention.ms`` of the packets topic and the result topics, in hours (0: leave the
     #: broker's setting; the local broker keeps 24 h)

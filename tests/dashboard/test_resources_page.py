@@ -3,7 +3,9 @@
 The rows are made the pipeline's way: progress events of the two queries through
 ``pipeline.sys_stats.sys_row`` (with the shared batch's figures), each committed per batch with
 ``pipeline.batch_sink.write_table`` under ``results/sys/<query>/``; each commit's file time is set
-just after its batch's trigger, as the listener writes it. Two hours of batches every 10 s.
+just after its batch's trigger, as the listener writes it. Two hours of batches every 10 s; and
+three more hours, compacted by a real maintenance pass (``pipeline.retention``) as a user's
+``[retention] compact_after_s = 0`` has it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -23,9 +27,11 @@ from analytics.explain import explain
 from dashboard import data
 from dashboard import data_resources as dr
 from netmon.config import Config
-from netmon.results import COMMITS, read_results, results_dir
+from netmon.results import COMMITS, compactions, read_results, results_dir
 from pipeline.batch_sink import write_table
-from pipeline.sys_stats import BatchFigures, Knobs, sys_row, sys_table
+from pipeline.publish import TIME_COLUMNS
+from pipeline.retention import maintain
+from pipeline.sys_stats import SYS_SCHEMA, BatchFigures, Knobs, sys_row, sys_table
 from tests.conftest import REPO_ROOT
 
 APP = REPO_ROOT / "dashboard" / "app.py"
@@ -69,13 +75,13 @@ def _progress(query: str, batch_id: int, t: dt.datetime, messages: int) -> dict[
     }
 
 
-def _write(data_dir: Path) -> list[dict[str, Any]]:
-    """Two hours of sys rows of both queries, committed; the rows, as written."""
+def _write(data_dir: Path, t0: dt.datetime = T0, span_s: int = SPAN_S) -> list[dict[str, Any]]:
+    """``span_s`` of sys rows of both queries from ``t0``, committed; the rows, as written."""
     cfg = Config().replace(paths={"data_dir": data_dir})
     knobs = Knobs.of(cfg)
     rows = []
-    for batch_id in range(SPAN_S // STEP_S):
-        t = T0 + dt.timedelta(seconds=STEP_S * batch_id)
+    for batch_id in range(span_s // STEP_S):
+        t = t0 + dt.timedelta(seconds=STEP_S * batch_id)
         messages = 20 + batch_id % 7  # 20-26 messages per 10 s: 2,000-2,600 packets/s
         figures = BatchFigures(
             packets=messages * PER_MESSAGE,
@@ -156,6 +162,124 @@ def test_estimates_are_the_cost_models_at_the_measured_rate(generated, tmp_path:
         "shed_x_left",
         "shed_x_right",
     }
+
+
+#: the compacted data: 12:20 to 15:19:50, so hours 12, 13 and 14 are closed and compacted
+T0_COMPACTED = dt.datetime(2024, 5, 1, 12, 20, 0, tzinfo=dt.UTC)
+SPAN_COMPACTED_S = 3 * 3600
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """Three hours of sys rows, then one maintenance pass that compacts every closed hour."""
+    data_dir = tmp_path_factory.mktemp("compacted") / "data"
+    rows = _write(data_dir, T0_COMPACTED, SPAN_COMPACTED_S)
+    cfg = Config().replace(
+        paths={"data_dir": data_dir},
+        retention={"compact_after_s": 0.0},
+        pipeline={"publish_results": False},  # no republisher's mark to wait for
+    )
+    newest = max(r["batch_time"] for r in rows)
+    report = maintain(cfg, ("sys",), now=newest.timestamp() + 60)
+    assert not report.errors
+    assert report.compacted_files == 2 * 3  # hours 12, 13, 14 of both queries
+    return data_dir, rows
+
+
+def _in(rows: list[dict[str, Any]], start: dt.datetime, end: dt.datetime) -> list[tuple[str, int]]:
+    """The oracle: the (query, batch id) of the rows written with a batch time in [start, end]."""
+    return sorted((r["query"], r["batch_id"]) for r in rows if start <= r["batch_time"] <= end)
+
+
+def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The compacted files ``pyarrow.parquet.read_table`` opens from now on (as ``<hour>-<gen>``)."""
+    opened: list[str] = []
+    read_table = pq.read_table
+
+    def recording(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(source).parent.name == "compacted":
+            opened.append(f"{Path(source).parent.parent.name}/{Path(source).stem}")
+        return read_table(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", recording)
+    return opened
+
+
+def test_compaction_groups_sys_rows_by_batch_time(compacted) -> None:
+    data_dir, _ = compacted
+    # the column the manifests' bounds are in is the one the page's range is in
+    assert next(c for c in TIME_COLUMNS if c in SYS_SCHEMA.names) == dr.TIME_COLUMN == "batch_time"
+    for query in ("joins", "packets"):
+        manifests = compactions(data_dir / "results" / "sys" / query)
+        assert sorted(manifests) == ["20240501T12", "20240501T13", "20240501T14"]
+        assert {m["column"] for m in manifests.values()} == {"batch_time"}
+
+
+def test_reads_compacted_and_committed_batches_in_range_once(compacted, monkeypatch) -> None:
+    data_dir, rows = compacted
+    sys_dir = data_dir / "results" / "sys"
+    opened = _opened(monkeypatch)
+    cache = dr._Rows()
+    got = dr.read_recent(sys_dir, 3600, cache=cache)
+    newest = max(r["batch_time"] for r in rows)
+    start = newest - dt.timedelta(seconds=3600)  # 14:19:50: compacted hour 14, then commits
+    want = _in(rows, start, newest)
+    assert list(zip(got["query"], got["batch_id"], strict=True)) == want
+    assert len(want) == 2 * (3600 // STEP_S + 1)
+    # Only the compacted hour the range overlaps was opened, once per query.
+    assert sorted(opened) == ["joins/20240501T14-0000", "packets/20240501T14-0000"]
+    # The commits left (hour 15's) were parsed; hour 14's went with the compaction.
+    assert cache.parsed == sum(
+        1 for r in rows if r["batch_time"] >= dt.datetime(2024, 5, 1, 15, tzinfo=dt.UTC)
+    )
+    # The values are the rows as written, from the compacted file and from the commits alike.
+    by_key = {(r["query"], r["batch_id"]): r for r in rows}
+    for column in ("batch_time", "batch_utilisation", "lag_messages", "join_state_rows", "shed_fractions"):
+        written = [by_key[k][column] for k in want]
+        assert [None if pd.isna(v) else v for v in got[column]] == written, column
+    # The last 5 min: commits only, no compacted file opened.
+    opened.clear()
+    assert len(dr.read_recent(sys_dir, 300, cache=cache)) == 2 * (300 // STEP_S + 1)
+    assert opened == []
+
+
+def test_a_range_in_compacted_hours_only(compacted, monkeypatch) -> None:
+    data_dir, rows = compacted
+    sys_dir = data_dir / "results" / "sys"
+    opened = _opened(monkeypatch)
+    cache = dr._Rows()
+    start = dt.datetime(2024, 5, 1, 12, 40, 5, tzinfo=dt.UTC)
+    end = dt.datetime(2024, 5, 1, 13, 30, tzinfo=dt.UTC)
+    got = dr.read_between(sys_dir, start, end, cache=cache)
+    assert list(zip(got["query"], got["batch_id"], strict=True)) == _in(rows, start, end)
+    assert got["batch_time"].min() == pd.Timestamp("2024-05-01 12:40:10Z")
+    assert sorted(opened) == [f"{q}/20240501T{h}-0000" for q in ("joins", "packets") for h in (12, 13)]
+    assert cache.parsed == 0  # their commits are gone: none is in the range's file times
+    # Within one hour: that hour's files only.
+    opened.clear()
+    end = dt.datetime(2024, 5, 1, 13, 59, 50, tzinfo=dt.UTC)
+    start = end - dt.timedelta(seconds=300)
+    got = dr.read_between(sys_dir, start, end, cache=cache)
+    assert list(zip(got["query"], got["batch_id"], strict=True)) == _in(rows, start, end)
+    assert sorted(opened) == ["joins/20240501T13-0000", "packets/20240501T13-0000"]
+
+
+def test_a_covered_commit_left_behind_is_not_counted_twice(compacted, tmp_path: Path) -> None:
+    """A pass that died after its manifest leaves the commits it covers: the batch is read from
+    the compacted file only (the next pass removes the commit)."""
+    data_dir, rows = compacted
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    newest = max(r["batch_time"] for r in rows)
+    start = newest - dt.timedelta(seconds=3600)
+    left = [r for r in rows if r["query"] == "packets" and start <= r["batch_time"]][:5]
+    sink = copy / "results" / "sys" / "packets"
+    for row in left:  # hour 14's first batches in range, committed again
+        write_table(sys_table([row]), sink, row["batch_id"])
+        written = (row["batch_time"] + dt.timedelta(seconds=1)).timestamp()
+        os.utime(sink / COMMITS / f"{row['batch_id']}.json", (written, written))
+    got = dr.read_recent(copy / "results" / "sys", 3600, cache=dr._Rows())
+    assert list(zip(got["query"], got["batch_id"], strict=True)) == _in(rows, start, newest)
 
 
 def _app(monkeypatch: pytest.MonkeyPatch, data_dir: Path, state_dir: Path) -> AppTest:
