@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,13 @@ def test_a_covered_commit_left_behind_is_not_counted_twice(compacted, tmp_path: 
         os.utime(sink / COMMITS / f"{row['batch_id']}.json", (written, written))
     got = dr.read_recent(copy / "results" / "sys", 3600, cache=dr._Rows())
     assert list(zip(got["query"], got["batch_id"], strict=True)) == _in(rows, start, newest)
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_config() -> Iterator[None]:
+    """Leave no cached configuration (this test's data directory) to a later app test."""
+    yield
+    data.config.clear()
 
 
 def _app(monkeypatch: pytest.MonkeyPatch, data_dir: Path, state_dir: Path) -> AppTest:

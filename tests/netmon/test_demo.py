@@ -46,6 +46,10 @@ def test_dashboard_renders_demo_results(demo_run, monkeypatch) -> None:
     assert result.exit_code == 0
     monkeypatch.setenv("NETMON_DATA_DIR", str(demo_config(cfg).paths.data_dir))
     monkeypatch.delenv("NETMON_CONFIG", raising=False)
+    import streamlit as st
+
+    st.cache_resource.clear()  # dashboard.data.config() is cached per process: an earlier app test's
+    st.cache_data.clear()
     at = AppTest.from_file(str(REPO_ROOT / "dashboard" / "app.py"), default_timeout=60).run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
