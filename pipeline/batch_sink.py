@@ -18,18 +18,23 @@ the same rows.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQueryListener
 
 from netmon.results import COMMITS
 
-__all__ = ["BatchOutput", "commit_batch", "write_batch", "write_table"]
+__all__ = ["BatchOutput", "CommittingListener", "commit_batch", "write_batch", "write_table"]
+
+log = logging.getLogger(__name__)
 
 
 #: ``(results dir, checkpoint dir) -> function(batch DataFrame, batch id)``
@@ -88,3 +93,53 @@ def commit_batch(results: Path, batch_id: int, files: list[str]) -> None:
     tmp = log / f".{batch_id}.json.tmp"
     tmp.write_text(json.dumps({"batch": batch_id, "files": files}))
     tmp.replace(log / f"{batch_id}.json")
+
+
+class CommittingListener(StreamingQueryListener):
+    """What the listener kinds (``pipeline.joins.SheddingListener``, ``pipeline.sys_stats.SysListener``)
+    share: the counts of what they committed for the pipeline's status (``commits``, ``rows``,
+    ``last_batch_id``, the time of the last commit ``seconds``), the query runs that ended (events
+    arrive in order, so once a run's end was seen every progress of it was handled:
+    :meth:`drained`), and unregistering from the session (:meth:`close`). A subclass handles
+    ``onQueryProgress``.
+    """
+
+    #: names the listener in logs
+    name = "listener"
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.rows = 0
+        self.last_batch_id = -1
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._ended = threading.Condition()
+        self._terminated: set[str] = set()
+        #: the session it is registered on, until :meth:`close`
+        self._session: SparkSession | None = None
+
+    def drained(self, run_id: str, timeout_s: float) -> bool:
+        """Whether every progress of the query run ``run_id`` was handled: its end was seen
+        (waits up to ``timeout_s``)."""
+        with self._ended:
+            return self._ended.wait_for(lambda: run_id in self._terminated, timeout_s)
+
+    def close(self) -> None:
+        """Unregister from the session: the pipeline that started the kind stops."""
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.streams.removeListener(self)
+            except Exception:  # noqa: BLE001 - the session is going away: nothing left to stop
+                log.debug("%s not removed", self.name, exc_info=True)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        with self._ended:
+            self._terminated.add(str(event.runId))
+            self._ended.notify_all()

@@ -43,7 +43,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from functools import reduce
@@ -56,12 +55,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from analytics.keys import parse_key
 from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig, check_unique_names
 from netmon.results import results_dir
-from pipeline.batch_sink import write_table
+from pipeline.batch_sink import CommittingListener, write_table
 from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
 from pipeline.partials import decode_messages
 from pipeline.shedding_controller import (
@@ -453,7 +451,7 @@ def build_spark_join(packets: DataFrame, q: JoinQuery) -> DataFrame:
 
 
 # -- the controller on the driver: the ``shedding`` kind ------------------------------------------
-class SheddingListener(StreamingQueryListener):
+class SheddingListener(CommittingListener):
     """The ``shedding`` kind: the controller at each progress of the joins query, and its rows.
 
     At each progress of the joins query (told apart by its sink path, ``sink``) it calls
@@ -480,20 +478,14 @@ class SheddingListener(StreamingQueryListener):
     seen every progress of it has been handled (:meth:`drained`).
     """
 
+    name = "shedding listener"
+
     def __init__(self, sink: str, control: Path, results: Path, controller: SheddingController) -> None:
+        super().__init__()
         self.sink = sink
         self.control = control
         self.results = results
         self.controller = controller
-        self.commits = 0
-        self.rows = 0
-        self.last_batch_id = -1
-        self.seconds = 0.0
-        self._lock = threading.Lock()
-        self._ended = threading.Condition()
-        self._terminated: set[str] = set()
-        #: the session it is registered on (:func:`start_shedding`), until :meth:`close`
-        self._session: SparkSession | None = None
 
     def handle(self, progress: Mapping[str, Any]) -> list[SheddingRecord]:
         """Fold one progress (``json.loads`` of Spark's progress JSON) in; the records committed.
@@ -527,39 +519,17 @@ class SheddingListener(StreamingQueryListener):
             self.controller = controller
             self.commits, self.rows, self.last_batch_id, self.seconds = 0, 0, -1, 0.0
 
-    def drained(self, run_id: str, timeout_s: float) -> bool:
-        """Whether every progress of the query run ``run_id`` was handled: its end was seen
-        (waits up to ``timeout_s``)."""
-        with self._ended:
-            return self._ended.wait_for(lambda: run_id in self._terminated, timeout_s)
-
     def close(self) -> None:
         """Unregister from the session: the pipeline that started the ``shedding`` kind stops."""
-        session, self._session = self._session, None
         for key in [k for k, v in _LISTENERS.items() if v is self]:
             del _LISTENERS[key]
-        if session is not None:
-            try:
-                session.streams.removeListener(self)
-            except Exception:  # noqa: BLE001 - the session is going away: nothing left to stop
-                log.debug("shedding listener not removed", exc_info=True)
-
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
+        super().close()
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's API
         try:
             self.handle(json.loads(event.progress.json))
         except Exception:  # a listener must never take the query down
             log.exception("shedding controller: progress not processed")
-
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        with self._ended:
-            self._terminated.add(str(event.runId))
-            self._ended.notify_all()
 
 
 #: One listener per (session, data directory): restarting a pipeline renews its controller.

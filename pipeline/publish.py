@@ -44,7 +44,15 @@ from netmon.kafka_admin import close_producer
 from netmon.results import checkpoint_dir, result_files, result_topic, results_dir
 from pipeline.result_json import json_lines, row_to_json
 
-__all__ = ["MESSAGE_BYTES", "RESULT_VERSION", "ResultPublisher", "row_to_json"]
+__all__ = [
+    "MESSAGE_BYTES",
+    "RESULT_VERSION",
+    "ResultPublisher",
+    "fsync_dir",
+    "mark_file",
+    "read_mark",
+    "row_to_json",
+]
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +115,26 @@ def _messages(lines: pa.Array) -> Iterator[tuple[int, int, bytes]]:
         start = end
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def mark_file(cfg: Config, kind: str) -> Path:
+    """The kind's publish mark: the files published, by their path under its results directory."""
+    return checkpoint_dir(cfg, "publish") / f"{kind}.json"
+
+
+def read_mark(path: Path) -> set[str]:
+    """The files a publish mark names (none when it is missing or torn)."""
+    try:
+        return set(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):
+        return set()
 
 
 class ResultPublisher:
@@ -136,10 +158,7 @@ class ResultPublisher:
         return {f.relative_to(root).as_posix(): f for f in result_files(root)}
 
     def _done(self, kind: str) -> set[str]:
-        try:
-            return set(json.loads((self._state / f"{kind}.json").read_text()))
-        except (FileNotFoundError, ValueError):
-            return set()
+        return read_mark(mark_file(self.cfg, kind))
 
     def _mark(self, kind: str, done: set[str]) -> None:
         """Replace the kind's mark durably: temporary file, fsync, rename, fsync the directory."""
@@ -149,8 +168,8 @@ class ResultPublisher:
             f.write(json.dumps(sorted(done)))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self._state / f"{kind}.json")
-        _fsync_dir(self._state)
+        os.replace(tmp, mark_file(self.cfg, kind))
+        fsync_dir(self._state)
 
     def _ensure_producer(self) -> Any:
         if self._producer is None:

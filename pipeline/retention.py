@@ -57,7 +57,6 @@ from netmon.config import Config
 from netmon.results import (
     COMMITS,
     COMPACTED,
-    checkpoint_dir,
     compactions,
     covered_by,
     is_sink,
@@ -65,7 +64,7 @@ from netmon.results import (
     results_dir,
     sink_files,
 )
-from pipeline.publish import TIME_COLUMNS
+from pipeline.publish import TIME_COLUMNS, fsync_dir, mark_file, read_mark
 
 __all__ = [
     "COMPACTED_FILES",
@@ -182,7 +181,7 @@ class Maintainer:
     # -- the republisher's mark -----------------------------------------------------------------
 
     def _mark_file(self, kind: str) -> Path:
-        return checkpoint_dir(self.cfg, "publish") / f"{kind}.json"
+        return mark_file(self.cfg, kind)
 
     def _published(self, kind: str) -> set[str] | None:
         """The files the republisher marked published (keys: paths under the kind's results
@@ -190,10 +189,7 @@ class Maintainer:
         not published (nothing to wait for, nothing to mark)."""
         if not self.cfg.pipeline.publish_results:
             return None
-        try:
-            return set(json.loads(self._mark_file(kind).read_text()))
-        except (FileNotFoundError, ValueError):
-            return set()
+        return read_mark(self._mark_file(kind))
 
     # -- one sink ---------------------------------------------------------------------------------
 
@@ -365,14 +361,6 @@ def _rmdir(path: Path) -> None:
         pass
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_durably(target: Path, write: Callable[[Path], object]) -> None:
     """``write(tmp_path)``, fsync it, rename it over ``target``, fsync the directory."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -381,7 +369,7 @@ def _write_durably(target: Path, write: Callable[[Path], object]) -> None:
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     _replace(tmp, target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
 def _write_mark(path: Path, done: set[str]) -> None:

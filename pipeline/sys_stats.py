@@ -44,7 +44,6 @@ import datetime as dt
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,11 +52,10 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 
 from netmon.config import Config
 from netmon.results import SHARED_QUERY, results_dir
-from pipeline.batch_sink import write_table
+from pipeline.batch_sink import CommittingListener, write_table
 from pipeline.joins import control_file
 from pipeline.shedding_controller import observe_name, read_control
 
@@ -431,7 +429,7 @@ def sys_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SYS_SCHEMA)
 
 
-class SysListener(StreamingQueryListener):
+class SysListener(CommittingListener):
     """The ``sys`` kind: one row per micro-batch of each followed query, committed per batch.
 
     The pipeline tells it which queries to follow (:meth:`follow`, before each starts); other
@@ -450,23 +448,18 @@ class SysListener(StreamingQueryListener):
     records the query runs that ended (:meth:`drained`).
     """
 
+    name = "sys listener"
+
     def __init__(self, results: Path, knobs: Knobs) -> None:
+        super().__init__()
         self.results = Path(results)
         self.knobs = knobs
-        self.commits = 0
-        self.rows = 0
-        self.last_batch_id = -1
-        self.seconds = 0.0
         #: progress events skipped: idle triggers, malformed ones
         self.idle = 0
         self.malformed = 0
         self._following: dict[str, FiguresSource | None] = {}
         #: query -> the newest batch id committed
         self._committed: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._ended = threading.Condition()
-        self._terminated: set[str] = set()
-        self._session: SparkSession | None = None
 
     def follow(self, query: str, batch: FiguresSource | None = None) -> None:
         """Commit the batches of ``query`` from now on; ``batch``: its batch function's figures."""
@@ -518,24 +511,6 @@ class SysListener(StreamingQueryListener):
         else:
             log.debug("sys: a malformed progress skipped", extra={"malformed": self.malformed})
 
-    def drained(self, run_id: str, timeout_s: float) -> bool:
-        """Whether every progress of the query run ``run_id`` was handled: its end was seen
-        (waits up to ``timeout_s``)."""
-        with self._ended:
-            return self._ended.wait_for(lambda: run_id in self._terminated, timeout_s)
-
-    def close(self) -> None:
-        """Unregister from the session: the pipeline that started the ``sys`` kind stops."""
-        session, self._session = self._session, None
-        if session is not None:
-            try:
-                session.streams.removeListener(self)
-            except Exception:  # noqa: BLE001 - the session is going away: nothing left to stop
-                log.debug("sys listener not removed", exc_info=True)
-
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
-
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's API
         try:
             progress = json.loads(event.progress.json)
@@ -547,14 +522,6 @@ class SysListener(StreamingQueryListener):
             self.handle(progress)
         except Exception:  # a full disk, say: never take the query down
             log.exception("sys: progress not committed")
-
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        with self._ended:
-            self._terminated.add(str(event.runId))
-            self._ended.notify_all()
 
 
 def start_sys(spark: SparkSession, cfg: Config) -> SysListener:
