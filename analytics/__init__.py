@@ -74,6 +74,7 @@ __all__ = [
     "keys",
     "plan",
     "shedding",
+    "sketch_carry",
     "sketch_windows",
     "timetext",
     "topk",

@@ -20,7 +20,9 @@ runs the stages on each micro-batch of the shared query (``pipeline.job``):
    *segment* of window ends (until one of its sketches enters or leaves): one row per segment.
    :func:`analytics.sketch_windows.window_segments` computes them: groups whose windows stay in
    DataSketches' coupon mode are counted from their coupons, vectorized (most groups of real
-   traffic: a few items per window); the others with two running unions per window.
+   traffic: a few items per window); the others with two running unions per window. Between
+   batches :class:`analytics.sketch_carry.SlidingCoupons` carries what later windows need of the
+   closed sub-windows, so a batch reads only the sketches of the sub-windows it closes.
 4. ``ranked`` (:func:`rank_segments`, on the driver): per slide and query, the groups ordered by
    distinct count descending, then group text ascending, cut to the query's ``top`` (``top <= 0``:
    all), taken from the segments in rank order without a row per (group, window end).
@@ -63,7 +65,7 @@ from pyspark.sql import functions as F
 
 from analytics import distinct_queries
 from analytics.keys import parse_key
-from analytics.sketch_windows import window_segments
+from analytics.sketch_carry import GroupIds, SlidingCoupons
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
 from pipeline.partials import DistinctSpec, merge_partials, partial_counts
@@ -355,6 +357,8 @@ class SlidingDistinct:
         self._before: dict[int, dict] = {}
         self._watermark_ms: int | None = None
         self._lows: dict[str, int] = {c.label: _BEFORE_ALL for c in self.chains}
+        #: per chain, stage 3's state after the last committed batch (rebuilt when it is not)
+        self._carries: dict[str, _Carry] = {}
 
     def _stored(self, upto: int) -> dict[int, dict]:
         """Store batches ``<= upto`` that completed: batch id -> their marker."""
@@ -456,19 +460,18 @@ class SlidingDistinct:
         self.late_rows += late_rows
         stored = self._before | {batch_id: marker}
         segments = []
+        carries: dict[str, _Carry] = {}
         for c in self.chains:
             lo, hi = lows[c.label], _last(c, watermark_ms)
+            carry = self._carries.pop(c.label, None)
             if hi <= lo:
+                if carry is not None and carry.coupons.lo == lo:
+                    carries[c.label] = carry
                 continue
-            # Only the store batches that hold one of the sub-windows these windows can hold.
-            paths = [
-                str(self.store / f"batch-{b:06d}")
-                for b, m in sorted(stored.items())
-                if m["max_idx"].get(c.label) is not None and m["max_idx"][c.label] > lo - c.k
-            ]
-            if not paths:
-                continue
-            found = self._segments(c, paths, lo, hi)
+            if carry is None or carry.coupons.lo != lo:
+                carry = self._rebuilt(c, stored, lo)
+            found = self._segments(c, carry, self._paths(c, stored, lo), lo, hi)
+            carries[c.label] = carry
             sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
             segments.append(found.append_column("sub_us", sub_us))
         found_all = pa.concat_tables(segments) if segments else None
@@ -495,6 +498,8 @@ class SlidingDistinct:
             write_table(table, self.results, batch_id)
         else:
             commit_batch(self.results, batch_id, [])
+        # Kept only once the batch committed: a batch that fails, or runs again, rebuilds them.
+        self._carries = carries
         self._drop_unneeded(self._before, lows)
         log.debug(
             "distinct batch",
@@ -509,44 +514,80 @@ class SlidingDistinct:
             },
         )
 
-    def _segments(self, c: Chain, paths: list[str], lo: int, hi: int) -> pa.Table:
-        """Stage 3 of one chain: ``query, group, start, stop, distinct`` for window ends ``lo < i <= hi``.
+    def _paths(self, c: Chain, stored: dict[int, dict], after: int) -> list[str]:
+        """The store batches holding one of ``c``'s sub-windows after ``after``."""
+        return [
+            str(self.store / f"batch-{b:06d}")
+            for b, m in sorted(stored.items())
+            if m["max_idx"].get(c.label) is not None and m["max_idx"][c.label] > after
+        ]
 
-        On the driver, from the store's sketches (:func:`analytics.sketch_windows.window_segments`):
-        groups whose windows stay in coupon mode are counted from their coupons, vectorized; the
-        others are united with two running unions. No Spark job: the per-batch cost follows the
-        sketches in the window, with no fixed cost of planning and scheduling a job.
-        """
-        started = time.perf_counter()
+    def _read(self, c: Chain, paths: list[str], lo: int, hi: int) -> pa.Table:
+        """``c``'s stored sketches of sub-windows ``lo < idx <= hi``."""
+        if not paths:
+            return _STORE_ARROW.empty_table()
         stored = pa.concat_tables([pq.read_table(p, schema=_STORE_ARROW) for p in paths])
         keep = pc.and_(
             pc.equal(stored["chain"], c.label),
-            pc.and_(pc.greater(stored["idx"], lo - c.k), pc.less_equal(stored["idx"], hi)),
+            pc.and_(pc.greater(stored["idx"], lo), pc.less_equal(stored["idx"], hi)),
         )
-        stored = stored.filter(keep)
-        # One integer code per (query, group): the pair of their dictionary codes, made dense.
-        query_codes, group_codes = (
-            stored[name].combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False)
-            for name in ("query", "group")
+        return stored.filter(keep)
+
+    def _feed(self, c: Chain, carry: _Carry, sketches: pa.Table) -> None:
+        """Give ``sketches`` (store rows) to the carry, their (query, group) as stable ids."""
+        if not sketches.num_rows:
+            return
+        names = pa.array([q.name for q in c.queries], pa.string())
+        # "<query's position>\0<group>": the digits hold no NUL, so the key names one pair.
+        position = pc.cast(pc.index_in(sketches["query"], value_set=names), pa.string())
+        key = pc.binary_join_element_wise(position, sketches["group"], "\x00")
+        ids = carry.ids.ids(key, sketches.select(["query", "group"]))
+        carry.coupons.update(ids, sketches["idx"].to_numpy(), sketches["sketch"].combine_chunks())
+
+    def _rebuilt(self, c: Chain, stored: dict[int, dict], lo: int) -> _Carry:
+        """The carry at ``lo`` from the store: the sketches of sub-windows ``lo - k < idx <= lo``.
+
+        On a process's first batch, and after a batch that failed or runs again: whatever the
+        carry held, it is a function of those sketches, which no later batch changes.
+        """
+        started = time.perf_counter()
+        carry = _Carry(SlidingCoupons(c.k, c.lg_k, lo - c.k), GroupIds())
+        if lo > _BEFORE_ALL:
+            self._feed(c, carry, self._read(c, self._paths(c, stored, lo - c.k), lo - c.k, lo))
+            carry.coupons.seek(lo, answers=False)
+        carry.coupons.lo = lo
+        self.timings["rebuild_s"] = self.timings.get("rebuild_s", 0.0) + time.perf_counter() - started
+        return carry
+
+    def _segments(self, c: Chain, carry: _Carry, paths: list[str], lo: int, hi: int) -> pa.Table:
+        """Stage 3 of one chain: ``query, group, start, stop, distinct`` for window ends ``lo < i <= hi``.
+
+        On the driver, from the batch's closed sub-windows' sketches and what the carry kept of the
+        earlier ones (:class:`analytics.sketch_carry.SlidingCoupons`): groups whose windows stay in
+        coupon mode are counted from their coupons, vectorized; the others are united with two
+        running unions. No Spark job, and a batch's cost follows the sub-windows it closes, not the
+        window's length.
+        """
+        started = time.perf_counter()
+        new = self._read(c, paths, lo, hi)
+        self._feed(c, carry, new)
+        group, start, stop, distinct = carry.coupons.seek(hi)
+        labels = (
+            carry.ids.labels_of(group)
+            if len(group)
+            else _STORE_ARROW.empty_table().select(["query", "group"])
         )
-        pairs = query_codes.astype(np.int64) * (int(group_codes.max(initial=0)) + 1) + group_codes
-        _, first, codes = np.unique(pairs, return_index=True, return_inverse=True)
-        group, start, stop, distinct = window_segments(
-            codes,
-            stored["idx"].to_numpy(),
-            stored["sketch"].combine_chunks(),
-            k=c.k,
-            lo=lo,
-            hi=hi,
-            lg_k=c.lg_k,
-        )
-        rows = pa.array(first[group], pa.int64())  # each segment's group: its code's first row
+        live = carry.coupons.groups
+        if len(carry.ids) > 2 * len(live) + 4096:  # drop the groups no window holds any more
+            carry.coupons.renumber(live)
+            carry.ids.keep(live)
         self.timings["windows_s"] = self.timings.get("windows_s", 0.0) + time.perf_counter() - started
-        self.timings["sketches"] = self.timings.get("sketches", 0) + stored.num_rows
+        self.timings["sketches"] = self.timings.get("sketches", 0) + new.num_rows
+        self.timings["carried"] = len(carry.coupons.keys)
         return pa.table(
             {
-                "query": stored["query"].take(rows),
-                "group": stored["group"].take(rows),
+                "query": labels["query"],
+                "group": labels["group"],
                 "start": pa.array(start, pa.int64()),
                 "stop": pa.array(stop, pa.int64()),
                 "distinct": pa.array(distinct, pa.int64()),
@@ -573,6 +614,13 @@ class SlidingDistinct:
 
 
 _BEFORE_ALL = -(2**62)
+
+
+class _Carry(NamedTuple):
+    """One chain's carried stage-3 state and the ids of its (query, group) pairs."""
+
+    coupons: SlidingCoupons
+    ids: GroupIds
 
 
 def _last(c: Chain, watermark_ms: int | None) -> int:
