@@ -1,30 +1,51 @@
 """``netmon explain``'s report: per query its plan, estimates, feasibility, and the measured values.
 
 :func:`explain` builds the report from the configuration, a :class:`~analytics.cost_model.Workload`
-(the input rate and key populations), the calibrated constants and, when a pipeline runs, its
-status file (per-kind batch seconds and state rows, written by the pipeline every batch);
-:func:`format_table` prints it. Feasibility is seed 000's (AN-15)/(AN-17) with seed 004's reserve:
-the total CPU and state must stay within ``(1 - reserve)·budget`` of ``[resources]``. Admission
-(seed 004 §4.1) takes the queries in configuration order and refuses one that would not fit
-beside those admitted before it, with a one-line reason naming the estimate and the budget. When
-the whole does not fit, the report adds the drop boxes seed 000's knapsack would place before the
-top-k and distinct queries (:func:`analytics.cost_model.place_sampling`).
+(the input rate and key populations), the calibrated constants and the measured values: the
+pipeline's own statistics, the ``sys`` rows of its newest batches (``results/sys/<query>/``, one
+row per query and micro-batch, aggregated by :func:`measured_from_sys`), or, when there are none,
+its status file (the last batch's per-kind seconds and state rows, :func:`measured_from_status`);
+:func:`format_table` prints it. This module reads no file: the command hands the rows and the
+status over (``cli/commands/explain.py``, ``netmon.recent_results``).
+
+Feasibility is seed 000's (AN-15)/(AN-17) with seed 004's reserve: the total CPU and state must stay
+within ``(1 - reserve)·budget`` of ``[resources]``. Admission (seed 004 §4.1) takes the queries in
+configuration order and refuses one that would not fit beside those admitted before it, with a
+one-line reason naming the estimate and the budget. When the whole does not fit, the report adds the
+drop boxes seed 000's knapsack would place before the top-k and distinct queries
+(:func:`analytics.cost_model.place_sampling`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analytics.cost_model import CostConstants, CostModel, Estimate, Workload, place_sampling
 from netmon.config import Config
 
-__all__ = ["admission", "explain", "format_table", "measured_from_status", "query_plan"]
+__all__ = [
+    "SPAN_S",
+    "STALE_S",
+    "admission",
+    "explain",
+    "format_table",
+    "measured_from_status",
+    "measured_from_sys",
+    "query_plan",
+]
 
-#: A status older than this (seconds) is shown as stale: the pipeline is probably not running.
+#: A status (or a newest ``sys`` row) older than this (seconds) is shown as stale: the pipeline is
+#: probably not running.
 STALE_S = 120.0
+#: The batch time the measured values are aggregated over by default: the newest batches of the
+#: last minute.
+SPAN_S = 60.0
+#: The ``sys`` columns of the seconds a shared query's parts took (``pipeline.sys_stats``):
+#: ``stage1`` the shared read and decode, then each batch kind's own step.
+_PART_SECONDS = ("stage1", "traffic", "topk", "distinct")
 
 
 def query_plan(cfg: Config, e: Estimate) -> str:
@@ -96,10 +117,150 @@ def measured_from_status(
     return {"available": True, "age_s": age, "stale": age > STALE_S, "kinds": kinds}
 
 
-def explain(
-    cfg: Config, workload: Workload, constants: CostConstants, status: Mapping[str, Any] | None = None
+def _seconds(t: Any) -> float:
+    """A row's time (a ``datetime``, or seconds since the epoch) as seconds since the epoch."""
+    return float(t.timestamp()) if hasattr(t, "timestamp") else float(t)
+
+
+def _iso(t: Any) -> str | float:
+    """A row's time as ISO 8601 text (JSON has no time type); a number as it is."""
+    return str(t.isoformat()) if hasattr(t, "isoformat") else float(t)
+
+
+def _sum(rows: Sequence[Mapping[str, Any]], column: str) -> float | None:
+    """The sum of a column's known values; None when none is known."""
+    values = [float(r[column]) for r in rows if r.get(column) is not None]
+    return math.fsum(values) if values else None
+
+
+def _last(rows: Sequence[Mapping[str, Any]], column: str) -> float | None:
+    """The newest known value of a column (rows oldest first); None when none is known."""
+    return next((float(r[column]) for r in reversed(rows) if r.get(column) is not None), None)
+
+
+def _per_s(total: float | None, seconds: float) -> float | None:
+    return None if total is None else total / seconds
+
+
+def _query_measured(rows: Sequence[Mapping[str, Any]], now: float) -> dict[str, Any]:
+    """One query's aggregate over its rows (oldest first), :func:`measured_from_sys`."""
+    gap = rows[-1]["batch_time"] - rows[0]["batch_time"]
+    elapsed = float(gap.total_seconds()) if hasattr(gap, "total_seconds") else float(gap)
+    trigger = _sum(rows, "trigger_s")
+    batch_s = _sum(rows, "batch_ms")
+    out: dict[str, Any] = {
+        "batches": len(rows),
+        "first_batch_id": int(rows[0]["batch_id"]),
+        "last_batch_id": int(rows[-1]["batch_id"]),
+        "last_batch_time": _iso(rows[-1]["batch_time"]),
+        "seconds": elapsed,
+        "age_s": now - _seconds(rows[-1]["batch_time"]),
+        "basis": "span" if elapsed > 0 else "batch",
+        "utilisation": batch_s / 1000 / trigger if batch_s is not None and trigger else None,
+    }
+    parts: dict[str, float | None]
+    if elapsed > 0:
+        # Batch i read what arrived in (t_{i-1}, t_i] and ran in [t_i, t_{i+1}): the messages of
+        # the batches after the first arrived in (t_1, t_n], the seconds of those before the last
+        # were spent in [t_1, t_n).
+        arrived, ran = rows[1:], rows[:-1]
+        out["input_messages_per_s"] = _per_s(_sum(arrived, "input_messages"), elapsed)
+        out["packets_per_s"] = _per_s(_sum(arrived, "packets"), elapsed)
+        out["cpu"] = _per_s(_sum(ran, "batch_ms"), elapsed * 1000)
+        parts = {p: _per_s(_sum(ran, f"{p}_s"), elapsed) for p in _PART_SECONDS}
+    else:
+        # One batch (or all at one instant): its own rates and its share of the trigger interval.
+        row = rows[-1]
+        trigger_s = float(row.get("trigger_s") or 0)
+        out["input_messages_per_s"] = _last(rows, "input_messages_per_s")
+        out["packets_per_s"] = _last(rows, "packets_per_s")
+        out["cpu"] = _last(rows, "batch_utilisation")
+        parts = {
+            p: (float(row[f"{p}_s"]) / trigger_s if row.get(f"{p}_s") is not None and trigger_s else None)
+            for p in _PART_SECONDS
+        }
+    out["parts_cpu"] = {p: v for p, v in parts.items() if v is not None}
+    for column in ("state_rows", "state_bytes", "join_state_rows", "lag_messages", "backlog_s"):
+        out[column] = _last(rows, column)
+    return out
+
+
+def measured_from_sys(
+    rows_by_query: Mapping[str, Sequence[Mapping[str, Any]]], span_s: float, now: float | None = None
 ) -> dict[str, Any]:
-    """The whole report as plain data (the ``--format json`` form)."""
+    """Per query and per kind, what the ``sys`` rows of the newest batches say.
+
+    ``rows_by_query``: each pipeline query's ``sys`` rows (``pipeline.sys_stats``; ``packets``,
+    the shared query of the batch kinds, and ``joins``) of the last ``span_s`` seconds of batch
+    time up to its newest row. Per query, over its n rows ordered by batch time t_1 … t_n:
+
+    - rates: the messages (``input_messages``, and ``packets``) of batches 2 … n, which arrived
+      in (t_1, t_n], over t_n − t_1 — rows over time;
+    - CPU s/s: the seconds (``batch_ms``) of batches 1 … n−1, which ran in [t_1, t_n) (each batch
+      ends before the next starts), over t_n − t_1; a part of the shared query (``stage1_s``,
+      ``traffic_s``, ...) likewise; ``utilisation``: all n batches' seconds over their trigger
+      intervals (the mean share of the trigger a batch took);
+    - state (``state_rows``, ``state_bytes``, ``join_state_rows``) and lag: the newest known value.
+
+    With one batch (or t_1 = t_n) the rates are the batch's own (Spark's) and the CPU its share
+    of the trigger interval (``basis`` ``"batch"`` instead of ``"span"``).
+
+    Per kind (the estimates' kinds): a part of the shared query is its own kind (``stage1``, the
+    shared read and decode, has no estimate), with no state rows (the batch kinds keep their
+    state in their own files); a query without parts is one kind, its state the tuples held in
+    the join windows (``join_state_rows``), else Spark's state rows.
+    """
+    now = time.time() if now is None else now
+    queries: dict[str, dict[str, Any]] = {}
+    for query, unordered in rows_by_query.items():
+        rows = sorted(unordered, key=lambda r: (_seconds(r["batch_time"]), int(r["batch_id"])))
+        if rows:
+            queries[query] = _query_measured(rows, now)
+    if not queries:
+        return {"available": False, "source": "sys", "kinds": {}}
+    # The shared query (with parts) first, as the estimates come: its parts, then the others.
+    queries = dict(sorted(queries.items(), key=lambda item: (not item[1]["parts_cpu"], item[0])))
+    kinds: dict[str, dict[str, Any]] = {}
+    for query, q in queries.items():
+        if q["parts_cpu"]:
+            for part, cpu in q["parts_cpu"].items():
+                kinds[part] = {"cpu": cpu, "state_rows": None, "query": query}
+        else:
+            rows_held = q["join_state_rows"] if q["join_state_rows"] is not None else q["state_rows"]
+            kinds[query] = {
+                "cpu": q["cpu"],
+                "state_rows": rows_held,
+                "state_bytes": q["state_bytes"],
+                "query": query,
+            }
+    age = min(q["age_s"] for q in queries.values())
+    return {
+        "available": True,
+        "source": "sys",
+        "span_s": span_s,
+        "age_s": age,
+        "stale": age > STALE_S,
+        "queries": queries,
+        "kinds": kinds,
+    }
+
+
+def explain(
+    cfg: Config,
+    workload: Workload,
+    constants: CostConstants,
+    status: Mapping[str, Any] | None = None,
+    *,
+    sys_rows: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    span_s: float = SPAN_S,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The whole report as plain data (the ``--format json`` form).
+
+    The measured values come from ``sys_rows`` (:func:`measured_from_sys`, ``source`` ``"sys"``)
+    when any query has rows, else from ``status`` (:func:`measured_from_status`, ``source``
+    ``"status"``).
+    """
     model = CostModel(constants, watermark_s=cfg.pipeline.watermark_s)
     ests = model.estimates(cfg, workload)
     res = cfg.resources
@@ -122,12 +283,26 @@ def explain(
         ],
         "total": {"cpu": cpu, "memory_bytes": mem},
         "feasible": {"cpu": cpu <= res.cpu_bound, "memory": mem <= res.memory_bound},
-        "measured": measured_from_status(status, cfg.pipeline.trigger_s),
+        "measured": _measured(cfg, status, sys_rows, span_s, now),
     }
     if cpu > res.cpu_bound:
         plan = place_sampling(model, cfg, workload, res.cpu_bound, keep_min=res.keep_min)
         report["sampling"] = {"keep": plan.keep, "cpu": plan.cpu, "feasible": plan.feasible}
     return report
+
+
+def _measured(
+    cfg: Config,
+    status: Mapping[str, Any] | None,
+    sys_rows: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+    span_s: float,
+    now: float | None,
+) -> dict[str, Any]:
+    """The ``sys`` rows' measured values, else the status file's (said so in ``source``)."""
+    if sys_rows and any(sys_rows.values()):
+        return measured_from_sys(sys_rows, span_s, now)
+    measured = measured_from_status(status, cfg.pipeline.trigger_s, now)
+    return {**measured, "source": "status" if measured["available"] else None}
 
 
 def _bytes(n: float) -> str:
@@ -174,10 +349,35 @@ def format_table(report: Mapping[str, Any]) -> list[str]:
     m = report["measured"]
     lines.append("")
     if not m["available"]:
-        lines.append("measured: no pipeline status (start `netmon pipeline` to see measured values beside)")
+        lines.append(
+            "measured: no results/sys rows and no pipeline status"
+            " (start `netmon pipeline` to see measured values beside)"
+        )
         return lines
     stale = " (stale: the pipeline is probably not running)" if m["stale"] else ""
-    lines.append(f"measured (pipeline status, {m['age_s']:.0f} s old){stale}:")
+    if m.get("source") == "sys":
+        lines.append(
+            f"measured (source: results/sys, the batches of the last {m['span_s']:g} s;"
+            f" newest {m['age_s']:.0f} s old){stale}:"
+        )
+        lines.append(
+            f"{'query':<9} {'batches':>7} {'span s':>7} {'messages/s':>11} {'packets/s':>11} "
+            f"{'CPU s/s':>9} {'util.':>7} {'state rows':>11} {'state bytes':>11} {'backlog s':>9}"
+        )
+        for name, q in m["queries"].items():
+            rows_held = q["join_state_rows"] if q["join_state_rows"] is not None else q["state_rows"]
+            lines.append(
+                f"{name:<9} {q['batches']:>7} {q['seconds']:>7.1f} "
+                f"{_num(q['input_messages_per_s'], '.2f'):>11} "
+                f"{_num(q['packets_per_s'], '.1f'):>11} {_num(q['cpu'], '.4f'):>9} "
+                f"{_num(q['utilisation'], '.3f'):>7} {_num(rows_held, '.0f'):>11} "
+                f"{_num(q['state_bytes'], '.0f'):>11} {_num(q['backlog_s'], '.1f'):>9}"
+            )
+        lines.append("")
+    else:
+        lines.append(
+            f"measured (source: pipeline status file, no results/sys rows; {m['age_s']:.0f} s old){stale}:"
+        )
     lines.append(
         f"{'kind':<9} {'estimated CPU':>13} {'measured CPU':>13} {'est. rows':>11} {'state rows':>11}"
     )
@@ -190,5 +390,13 @@ def format_table(report: Mapping[str, Any]) -> list[str]:
         est = by_kind.get(kind)
         est_cpu = f"{est[0]:.4f}" if est else "-"
         est_rows = f"{est[1]:.0f}" if est else "-"
-        lines.append(f"{kind:<9} {est_cpu:>13} {got['cpu']:>13.4f} {est_rows:>11} {got['state_rows']:>11.0f}")
+        lines.append(
+            f"{kind:<9} {est_cpu:>13} {_num(got['cpu'], '.4f'):>13} {est_rows:>11} "
+            f"{_num(got['state_rows'], '.0f'):>11}"
+        )
     return lines
+
+
+def _num(value: float | None, spec: str) -> str:
+    """A number in ``spec``, ``-`` when unknown."""
+    return "-" if value is None else format(value, spec)

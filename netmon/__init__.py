@@ -4,7 +4,8 @@
 ``columns`` the record's column names and key specs (no pyarrow); ``records`` the packet-header
 record (Arrow schema, wire-format name and Spark DDL); ``filters`` the filter-expression grammar
 over records; ``results`` the results format (result directories and topics, commit logs,
-``read_results``); ``logs`` quiet, structured logging; ``jvm_deps`` the JVM jars from Maven
+``read_results``; ``recent_results``: a per-batch sink's newest rows); ``logs`` quiet, structured
+logging; ``jvm_deps`` the JVM jars from Maven
 Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
 helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets;
 ``supervisor`` the child processes of ``netmon up`` (restarts with backoff, ordered stop);
@@ -28,6 +29,7 @@ __all__ = [
     "logs",
     "metrics",
     "pidlock",
+    "recent_results",
     "records",
     "results",
     "supervisor",

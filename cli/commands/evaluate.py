@@ -12,6 +12,7 @@ from cli.main import LazyGroup
     cls=LazyGroup,
     lazy={
         "alerts": "cli.commands.eval_alerts:command",
+        "cost-model": "cli.commands.eval_cost_model:command",
         "topk": "cli.commands.eval_topk:command",
         "distinct": "cli.commands.eval_distinct:command",
         "shedding": "cli.commands.eval_shedding:command",

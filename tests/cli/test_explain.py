@@ -42,7 +42,10 @@ def test_explain_table_with_default_constants_says_so(tmp_path: Path) -> None:
     )
     assert any(line.startswith("topk      top-sources ") for line in lines)
     assert "plan: FEASIBLE" in lines
-    assert lines[-1] == "measured: no pipeline status (start `netmon pipeline` to see measured values beside)"
+    assert lines[-1] == (
+        "measured: no results/sys rows and no pipeline status"
+        " (start `netmon pipeline` to see measured values beside)"
+    )
 
 
 def test_explain_json_uses_the_calibration_and_sums(tmp_path: Path) -> None:
