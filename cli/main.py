@@ -15,6 +15,7 @@ import click
 
 from netmon.config import Config, ConfigError, load_config
 from netmon.logs import setup_logging
+from netmon.orphans import parent_death_as_sigterm
 
 __all__ = ["LazyGroup", "main"]
 
@@ -90,6 +91,8 @@ pass_config = click.make_pass_decorator(Config)
 
 
 def main() -> None:
+    # Started by `netmon up`: its death (however it dies) becomes one SIGTERM, a clean stop.
+    parent_death_as_sigterm()
     try:
         cli(prog_name="netmon")
     except KeyboardInterrupt:

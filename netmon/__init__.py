@@ -9,6 +9,8 @@ logging; ``jvm_deps`` the JVM jars from Maven
 Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
 helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets;
 ``supervisor`` the child processes of ``netmon up`` (restarts with backoff, ordered stop);
+``orphans`` what keeps them from outliving a ``netmon up`` killed outright (parent-death signal,
+a guard process, a tag in their environment);
 ``pidlock`` the one-holder file locks (pipeline, ``netmon up``);
 ``metrics`` the Prometheus ``/metrics`` endpoint over the services' status files.
 
@@ -28,6 +30,7 @@ __all__ = [
     "kafka_security",
     "logs",
     "metrics",
+    "orphans",
     "pidlock",
     "recent_results",
     "records",

@@ -41,6 +41,7 @@ from typing import Any
 from netmon.config import Config, ConfigError, KafkaConfig
 from netmon.jvm_deps import ensure_jars
 from netmon.kafka_security import client_options, jaas_config, jaas_quote, password
+from netmon.orphans import die_with_parent
 
 __all__ = [
     "DEFAULT_PASSWORD_ENV",
@@ -239,12 +240,14 @@ class LocalBroker:
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self, *, secure: bool = False) -> BrokerStatus:
+    def start(self, *, secure: bool = False, supervised: Mapping[str, str] | None = None) -> BrokerStatus:
         """Start the broker and return once it answers a metadata request. Harmless if running
         (with the same ``secure``).
 
         ``secure``: a SASL_SSL listener instead of PLAINTEXT (module docstring); the password
-        variable must be set, else :class:`BrokerError` names it.
+        variable must be set, else :class:`BrokerError` names it. ``supervised``: started by
+        ``netmon up``, whose tag these environment variables are: the JVM carries them and gets
+        SIGTERM when the calling thread ends (``netmon.orphans``); else it runs on its own.
         """
         k = self.cfg.kafka
         secret = self._password() if secure else None
@@ -281,6 +284,8 @@ class LocalBroker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal must not kill the broker mid-write
+                env=None if supervised is None else {**os.environ, **supervised},
+                preexec_fn=None if supervised is None else die_with_parent(),
             )
         info = {"pid": proc.pid, "port": k.port, "host": k.host, "secure": secure}
         self.pid_file.write_text(json.dumps(info))

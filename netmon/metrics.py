@@ -13,17 +13,27 @@
 - each capture's status file ``<data>/status/capture-<iface>.json`` when there is one (the fields
   of ``ingest.capture.CaptureSummary``): frames captured, records produced, acknowledged and
   failed, and kernel drops per interface;
+- the newest row of each query in the ``sys`` results (``<data>/results/sys/<query>/``, one row
+  per micro-batch, ``pipeline.sys_stats``): how far the batch's trigger was behind the newest
+  event time it read (``lag_s``) and the time the Kafka messages left behind would take at the
+  batch's processing rate (``backlog_s``);
 - optionally, alert counts given by a callable (the alert outbox is read above this floor).
 
 A histogram of batch durations needs every batch: :meth:`NetmonCollector.observe` folds the newest
 one in whenever the batch count moved, so batches that ran between two observations are missed
-(``netmon up`` observes once per second; a trigger is 1 s by default).
+(``netmon up`` observes once per second; a trigger is 1 s by default). The end-to-end latency
+histogram gets every batch: :meth:`NetmonCollector.observe` folds in each ``sys`` row committed
+since the last call — per query, the batch's ``lag_s`` plus its duration, i.e. the time from the
+newest packet it read (its event time: when a live capture saw it) to the end of the batch that
+committed its results. The first call only sets the mark (history is not folded in); a query's
+``sys`` sink that appears later is folded in from its first batch.
 
 :func:`serve` starts prometheus_client's HTTP server on ``[metrics] host:port`` (127.0.0.1 by default).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import threading
@@ -37,12 +47,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from netmon.config import Config
-from netmon.results import SHARED_QUERY, checkpoint_dir, status_file
+from netmon.recent_results import newest_rows, newest_rows_by_sink
+from netmon.results import SHARED_QUERY, checkpoint_dir, results_dir, status_file
 from netmon.supervisor import read_state
 from netmon.supervisor import state_file as supervisor_state_file
 
 __all__ = [
     "BATCH_BUCKETS_S",
+    "LATENCY_BUCKETS_S",
     "MetricsServer",
     "NetmonCollector",
     "checkpoint_offsets",
@@ -54,6 +66,14 @@ log = logging.getLogger(__name__)
 
 #: buckets of ``netmon_pipeline_batch_duration_seconds``
 BATCH_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+#: buckets of ``netmon_pipeline_latency_seconds``
+LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+#: the ``sys`` result kind (``pipeline.sys_stats``): one row per micro-batch of each query
+_SYS_KIND = "sys"
+#: a span longer than any history: a sink's every row
+_ALL_S = 1e9
+#: how far the driver's clock (``batch_time``) may be ahead of this one's
+_CLOCK_SKEW_S = 5.0
 #: counters of the pipeline's status file, per kind: status key -> (metric name, help)
 _QUERY_COUNTERS = {
     "input_rows": ("netmon_query_input_rows", "Kafka records read by the query"),
@@ -176,11 +196,22 @@ class NetmonCollector(Collector):
             buckets=BATCH_BUCKETS_S,
         )
         self._seen_batches: int | None = None
+        self.latency = Histogram(
+            "netmon_pipeline_latency_seconds",
+            "Per micro-batch: from the newest event time it read to the batch's end (lag_s + its duration)",
+            labelnames=["query"],
+            registry=None,
+            buckets=LATENCY_BUCKETS_S,
+        )
+        #: per sys sink (query): the batch id and time of the newest row folded into ``latency``
+        self._sys_seen: dict[str, tuple[int, dt.datetime]] | None = None
 
     # -- sampled observations ----------------------------------------------------------------------
 
     def observe(self) -> None:
-        """Fold the newest batch's duration into the histogram if a batch ran since the last call."""
+        """Fold the newest batch's duration into its histogram if a batch ran since the last call,
+        and each ``sys`` row committed since into the latency histogram."""
+        self._observe_latency()
         status = _json(status_file(self.cfg)) or {}
         traffic = (status.get("queries") or {}).get("traffic") or next(
             iter((status.get("queries") or {}).values()), None
@@ -191,6 +222,44 @@ class NetmonCollector(Collector):
         if self._seen_batches is not None and batches > self._seen_batches:
             self.batch_duration.observe(int(traffic.get("last_batch_ms") or 0) / 1000)
         self._seen_batches = batches
+
+    def _observe_latency(self) -> None:
+        root = results_dir(self.cfg, _SYS_KIND)
+        try:
+            newest = newest_rows_by_sink(root, 0.0)
+        except (OSError, ValueError) as exc:  # a sink being reset: the next call sees it again
+            log.debug("latency: sys rows unreadable", extra={"error": repr(exc)})
+            return
+        first, seen = self._sys_seen is None, self._sys_seen or {}
+        self._sys_seen = seen
+        for query, rows in newest.items():
+            top = max(rows, key=lambda r: int(r["batch_id"]))
+            mark = seen.get(query)
+            if first:
+                seen[query] = (int(top["batch_id"]), top["batch_time"])
+                continue
+            if mark is not None and int(top["batch_id"]) == mark[0]:
+                continue
+            if mark is None or int(top["batch_id"]) < mark[0]:
+                # a sink that appeared since the first call, or that started over (a reset)
+                span_s, after = _ALL_S, -1
+            else:
+                # back to the mark from the newest row, which may be newer than ``top`` by now
+                # (it is not after the wall clock, give or take the driver's clock)
+                end = max(time.time(), top["batch_time"].timestamp())
+                span_s, after = end - mark[1].timestamp() + _CLOCK_SKEW_S, mark[0]
+            try:
+                rows = newest_rows(root / query, span_s)
+            except (OSError, ValueError) as exc:
+                log.debug("latency: sys rows unreadable", extra={"error": repr(exc)})
+                continue
+            new = sorted((r for r in rows if int(r["batch_id"]) > after), key=lambda r: int(r["batch_id"]))
+            for row in new:
+                latency = _latency_s(row)
+                if latency is not None:
+                    self.latency.labels(query).observe(latency)
+            if new:
+                seen[query] = (int(new[-1]["batch_id"]), new[-1]["batch_time"])
 
     def lag(self) -> int | None:
         with self._lag_lock:
@@ -210,7 +279,9 @@ class NetmonCollector(Collector):
         yield from self._services()
         yield from self._captures()
         yield from self._alerts()
+        yield from self._sys()
         yield from self.batch_duration.collect()
+        yield from self.latency.collect()
 
     def _pipeline(self) -> Iterator[Metric]:
         status = _json(status_file(self.cfg))
@@ -245,6 +316,33 @@ class NetmonCollector(Collector):
                 "Records of the packets topic not yet committed by the pipeline",
                 value=float(lag),
             )
+
+    def _sys(self) -> Iterator[Metric]:
+        """Each query's newest ``sys`` row: its lag and backlog in seconds (absent while unknown)."""
+        try:
+            newest = newest_rows_by_sink(results_dir(self.cfg, _SYS_KIND), 0.0)
+        except (OSError, ValueError) as exc:  # a scrape never fails on the results
+            log.debug("sys: rows unreadable", extra={"error": repr(exc)})
+            return
+        if not newest:
+            return
+        lag = GaugeMetricFamily(
+            "netmon_pipeline_lag_seconds",
+            "Newest micro-batch: its trigger time minus the newest event time it read",
+            labels=["query"],
+        )
+        backlog = GaugeMetricFamily(
+            "netmon_pipeline_backlog_seconds",
+            "Newest micro-batch: the Kafka messages left behind over its processing rate",
+            labels=["query"],
+        )
+        for query, rows in sorted(newest.items()):
+            top = max(rows, key=lambda r: int(r["batch_id"]))
+            if top.get("lag_s") is not None:
+                lag.add_metric([query], float(top["lag_s"]))
+            if top.get("backlog_s") is not None:
+                backlog.add_metric([query], float(top["backlog_s"]))
+        yield from (lag, backlog)
 
     def _services(self) -> Iterator[Metric]:
         state = read_state(supervisor_state_file(self.cfg))
@@ -305,6 +403,13 @@ class NetmonCollector(Collector):
         for state in ("pending", "delivered", "dead"):
             deliveries.add_metric([state], float(counts.get(state, 0)))
         yield from (episodes, deliveries)
+
+
+def _latency_s(row: Mapping[str, Any]) -> float | None:
+    """A ``sys`` row's end-to-end latency: ``lag_s`` plus the batch's duration (None: unknown)."""
+    if row.get("lag_s") is None or row.get("batch_ms") is None:
+        return None
+    return float(row["lag_s"]) + int(row["batch_ms"]) / 1000
 
 
 class MetricsServer:

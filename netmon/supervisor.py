@@ -12,6 +12,13 @@ pipeline last — each with SIGTERM to the child (which then stops its own work:
 running batch), then, after ``stop_timeout_s``, SIGKILL to its whole group; whatever else is left
 in the group is killed too, so no process outlives it.
 
+Were the supervisor killed outright (SIGKILL), its children would not be left running either
+(:mod:`netmon.orphans`): each child gets SIGTERM from the kernel when the supervisor's main thread
+ends (start and poll from the main thread), a guard process then does what :meth:`Supervisor.stop`
+would have done, and every child carries the supervisor's tag (:data:`netmon.orphans.TAG_ENV`),
+by which the next supervisor on the state directory finds and stops what is still left
+(:meth:`Supervisor.clean_leftovers`).
+
 The state file (``<state>/up/state.json``, :func:`state_file`) says, per service, its pid, start
 time, restarts and state; ``netmon status`` and ``/metrics`` read it.
 """
@@ -22,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,6 +41,7 @@ from typing import IO, Any
 
 from netmon import pidlock
 from netmon.config import Config
+from netmon.orphans import TAG_ENV, Guard, die_with_parent, group_alive, stop_tagged, tagged
 from netmon.results import PIPELINE_LOCK, status_file
 
 __all__ = [
@@ -136,28 +145,6 @@ class Backoff:
         return f"Backoff(initial_s={self.initial_s!r}, max_s={self.max_s!r}, stable_s={self.stable_s!r})"
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``, from ``/proc``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
-    return bool(_group_members(pgid))
-
-
 class _Child:
     def __init__(self, service: Service, log_dir: Path, backoff: Backoff) -> None:
         self.service = service
@@ -168,7 +155,7 @@ class _Child:
         self.next_mono: float | None = None
         self.state = ServiceState(service.name, " ".join(service.argv), log=str(self.log_path))
 
-    def spawn(self) -> None:
+    def spawn(self, tag: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -176,8 +163,9 @@ class _Child:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.service.env},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.service.env, TAG_ENV: tag},
                 start_new_session=True,  # its own process group: stopped (and killed) as a whole
+                preexec_fn=die_with_parent(),  # SIGTERM should the supervisor die (netmon.orphans)
             )
         self.started_mono = time.monotonic()
         self.next_mono = None
@@ -203,6 +191,9 @@ class Supervisor:
         How long a child may take to exit after SIGTERM before its group is killed.
     reused
         Services already running outside this supervisor (name -> pid): shown, not started.
+
+    Call :meth:`start` and :meth:`poll` from the main thread: a child's parent-death signal
+    (:mod:`netmon.orphans`) comes when the thread that started it ends.
     """
 
     def __init__(
@@ -218,13 +209,17 @@ class Supervisor:
         reused: Mapping[str, int | None] | None = None,
     ) -> None:
         self.state_path = state_path
+        self.log_dir = log_dir
         self.stop_timeout_s = stop_timeout_s
-        self.children = [
-            _Child(s, log_dir, Backoff(backoff_s, backoff_max_s, stable_s=stable_s)) for s in services
-        ]
-        self.reused = [ServiceState(name, "", state=REUSED, pid=pid) for name, pid in (reused or {}).items()]
+        self._backoff = (backoff_s, backoff_max_s, stable_s)
+        self.children: list[_Child] = []
+        self.reused: list[ServiceState] = []
+        self.add(services, reused)
         self.started = time.time()
+        #: carried by every process this supervisor starts, and theirs (``netmon.orphans``)
+        self.tag = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._lock: IO[str] | None = None
+        self._guard: Guard | None = None
 
     @classmethod
     def from_config(
@@ -242,24 +237,83 @@ class Supervisor:
             reused=reused,
         )
 
+    def add(self, services: Sequence[Service], reused: Mapping[str, int | None] | None = None) -> None:
+        """More children (after those given so far) and reused services, before :meth:`start`."""
+        initial_s, max_s, stable_s = self._backoff
+        self.children += [
+            _Child(s, self.log_dir, Backoff(initial_s, max_s, stable_s=stable_s)) for s in services
+        ]
+        self.reused += [ServiceState(name, "", state=REUSED, pid=pid) for name, pid in (reused or {}).items()]
+
     # -- start, watch, stop ------------------------------------------------------------------------
 
     def lock(self) -> None:
-        """Take the state directory's lock, or raise :class:`SupervisorRunning` (idempotent)."""
+        """Take the state directory's lock, or raise :class:`SupervisorRunning` (idempotent); start
+        the guard that stops the children should this process be killed (``netmon.orphans``)."""
         if self._lock is None:
             self._take_lock()
+        if self._guard is None:
+            self._guard = Guard(self.tag, self.stop_timeout_s, self.log_dir / "up-guard.log")
+
+    def child_env(self) -> dict[str, str]:
+        """The environment variable that marks a process as this supervisor's (its tag)."""
+        return {TAG_ENV: self.tag}
+
+    def track(self, pid: int) -> None:
+        """Have the guard stop ``pid`` (and its group) too, should this process be killed: a
+        process started outside :meth:`start` (the local broker), with :meth:`child_env`."""
+        if self._guard is not None:
+            self._guard.add(pid)
+
+    def untrack(self, pid: int) -> None:
+        if self._guard is not None:
+            self._guard.discard(pid)
+
+    def clean_leftovers(self) -> list[str]:
+        """Stop what a previous supervisor of this state directory left running; one line per
+        service found. Call it holding the lock (:meth:`lock`): the previous one is then gone.
+
+        The previous state file names its tag and its services' pids; the processes still
+        carrying that tag (Linux: read from ``/proc``) are stopped as :meth:`stop` would have:
+        SIGTERM to the services, ``stop_timeout_s``, then SIGTERM and SIGKILL to what is left.
+        """
+        previous = read_state(self.state_path) or {}
+        old = previous.get("supervisor") or {}
+        tag = old.get("tag")
+        if not isinstance(tag, str) or not tag or tag == self.tag or not tagged(tag):
+            return []
+        services = {
+            int(s["pid"]): str(s.get("name"))
+            for s in previous.get("services") or []
+            if isinstance(s, dict) and isinstance(s.get("pid"), int) and s.get("state") == RUNNING
+        }
+        found = stop_tagged(tag, sorted(services), grace_s=self.stop_timeout_s)
+        named = [f"{services[pid]} (pid {pid})" for pid in found if pid in services]
+        others = len(found) - len(named)
+        plural = "es" if others != 1 else ""
+        what = ", ".join(named) + (f" and {others} other process{plural}" if named and others else "")
+        what = what or f"{others} process{plural}"
+        log.info("leftovers stopped", extra={"supervisor": old.get("pid"), "pids": found})
+        return [f"stopped what the netmon up killed before (pid {old.get('pid')}) left running: {what}"]
 
     def start(self) -> None:
         """Take the lock (else :class:`SupervisorRunning`), start every child in order."""
         self.lock()
         for child in self.children:
-            child.spawn()
+            self._spawn(child)
         self.write_state()
+
+    def _spawn(self, child: _Child) -> None:
+        child.spawn(self.tag)
+        assert child.proc is not None
+        self.track(child.proc.pid)
 
     def poll(self) -> list[str]:
         """Reap children that died, start those whose backoff is over; return what happened."""
         events: list[str] = []
         now = time.monotonic()
+        if self._guard is not None and self._guard.check():
+            log.warning("the guard process died; started again")
         for child in self.children:
             proc = child.proc
             if proc is not None:
@@ -269,7 +323,7 @@ class Supervisor:
                 events.append(self._died(child, code, now))
             elif child.next_mono is not None and now >= child.next_mono:
                 child.state.restarts += 1
-                child.spawn()
+                self._spawn(child)
                 events.append(
                     f"{child.service.name}: restarted (pid {child.state.pid}, restart {child.state.restarts})"
                 )
@@ -290,6 +344,7 @@ class Supervisor:
         pgid = child.proc.pid
         child.proc = None
         _kill_group(pgid)  # whatever it left behind (a JVM, Python workers)
+        self.untrack(pgid)
         child.state.pid, child.state.started, child.state.last_exit = None, None, code
         if code == 0 and child.service.once:
             child.state.state = DONE
@@ -307,6 +362,9 @@ class Supervisor:
         for child in reversed(self.children):
             lines.append(self._stop_child(child))
             self.write_state()
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         self._release_lock()
         return lines
 
@@ -327,6 +385,7 @@ class Supervisor:
             _kill_group(proc.pid, grace_s=0.0)
             code = proc.wait()
         _kill_group(proc.pid)
+        self.untrack(proc.pid)
         child.proc = None
         child.state.state, child.state.pid, child.state.started = STOPPED, None, None
         child.state.last_exit = code
@@ -340,7 +399,12 @@ class Supervisor:
 
     def write_state(self) -> None:
         body = {
-            "supervisor": {"pid": os.getpid(), "started": self.started, "updated": time.time()},
+            "supervisor": {
+                "pid": os.getpid(),
+                "started": self.started,
+                "updated": time.time(),
+                "tag": self.tag,
+            },
             "services": [asdict(s) for s in self.states()],
         }
         self.state_path.parent.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,7 @@ __all__ = [
     "ResultKind",
     "SharedBatch",
     "StoppableBatch",
+    "file_sink_options",
     "is_broker_outage",
     "reset_kinds",
     "reset_set",
@@ -765,11 +766,31 @@ def _query_starter(
                 df.writeStream.queryName(name)
                 .format("parquet")
                 .outputMode("append")
+                .options(**file_sink_options(cfg))
                 .option("path", str(out))
                 .option("checkpointLocation", str(checkpoint))
             )
 
     return _starter(writer, cfg, available_now, guard), function, guard
+
+
+def file_sink_options(cfg: Config) -> dict[str, str]:
+    """Spark's file sink options of a stream kind (the joins), beside its path and checkpoint.
+
+    ``retention``: Spark's sink log (``_spark_metadata``) compacts itself every
+    ``spark.sql.streaming.fileSink.log.compactInterval`` batches (10) into one file that names
+    every file the sink ever wrote; with this option (Spark 3.1+) a compaction leaves out the
+    files written longer than ``[retention] results_days`` ago (by their modification time), so
+    the log stays bounded. The files themselves stay: ``pipeline.retention`` deletes those of
+    expired rows, and those the log no longer names once they are that old. None with
+    ``results_days = 0`` (results kept forever).
+
+    >>> from netmon.config import load_config
+    >>> file_sink_options(load_config(None, env={}).replace(retention={"results_days": 7}))
+    {'retention': '604800000ms'}
+    """
+    results_s = cfg.retention.results_s
+    return {} if results_s is None else {"retention": f"{max(1, round(results_s * 1000))}ms"}
 
 
 def _starter(

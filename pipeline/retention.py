@@ -9,7 +9,11 @@ one query's under it), in this order:
    compaction manifest covers, compacted files no manifest names, temporary files;
 2. **retention**: files whose rows are all older than ``results_days`` go, with their commit first
    (netmon's per-batch layout) or alone (Spark's file sink: ``netmon.results.sink_files`` skips a
-   file that is gone; Spark's own log is not touched);
+   file that is gone; Spark's own log is not touched). Spark's sink log itself forgets the files
+   written more than ``results_days`` ago at its next compaction (the sink's ``retention`` option,
+   ``pipeline.job.file_sink_options``): such a file, in the sink's directory but named by no log
+   entry any more and that old by its modification time, goes too (else, a file whose rows were
+   not yet old by event time — a replayed capture's — would stay on disk, unread, forever);
 3. **compaction**: the batches whose commits are ``compact_after_s`` old (by the wall clock and
    behind the sink's newest commit), not among its :data:`KEEP_NEWEST` newest, already published
    (the republisher's mark), whose rows all lie in one event-time hour that later rows have
@@ -213,6 +217,7 @@ class Maintainer:
             newest_us = self._newest_us(sink, commits, spark)
             clock_us = now_us if newest_us is None else min(now_us, newest_us)
             self._expire(sink, commits, spark, clock_us - round(retention.results_s * 1e6), report)
+            self._forgotten(sink, spark, now - retention.results_s, report)
         if retention.compact:
             self._compact(sink, root, mark, commits, now, published, report)
         return newest
@@ -278,6 +283,28 @@ class Maintainer:
                 _unlink(path)
                 report.expired_files += 1
                 report.expired_rows += found.rows
+
+    def _forgotten(self, sink: Path, spark: list[Path], before: float, report: MaintenanceReport) -> None:
+        """Delete the files of a Spark file sink that its log no longer names (its ``retention``
+        left them out of a compaction) and that were last modified before ``before``."""
+        if not (sink / "_spark_metadata").is_dir():
+            return
+        named = set(spark)
+        for path in sorted(sink.iterdir()):
+            if path.name.startswith(("_", ".")) or path in named or not path.is_file():
+                continue
+            try:
+                if path.stat().st_mtime >= before:
+                    continue  # a batch being written, or one not committed yet
+                rows = self._range(path).rows
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, pa.ArrowException):
+                rows = 0  # not Parquet, or torn by a batch that died: still the sink's, still old
+            _unlink(path)
+            _unlink(path.with_name(f".{path.name}.crc"))  # Hadoop's local checksum beside it
+            report.expired_files += 1
+            report.expired_rows += rows
 
     def _compact(
         self,

@@ -5,7 +5,9 @@ dashboard and the sources — one ``netmon capture`` per ``--iface``, or ``netmo
 as child processes (:mod:`netmon.supervisor`), serves ``/metrics`` (:mod:`netmon.metrics`) and
 prints one line per service. A child that dies is restarted with backoff, and a line says so; the
 broker it started is watched and restarted the same way. SIGINT/SIGTERM stop the children in
-reverse order (sources first, pipeline last), then the broker it started.
+reverse order (sources first, pipeline last), then the broker it started. Killed outright
+(SIGKILL), it leaves no process running either (:mod:`netmon.orphans`); a ``netmon up`` that finds
+processes a killed one left stops them before it starts anything.
 
 Exit codes: 0 stopped by a signal; 1 another ``netmon up`` runs here, the broker or the metrics
 port failed; 2 bad options.
@@ -66,10 +68,7 @@ def command(
         *(("--loop", str(loop)) if loop else ()),
     )
     capture_args = (*filters, *(("--bpf", bpf) if bpf else ()))
-    services, reused = monitor_services(
-        cfg, ifaces=ifaces, replay=replay_file, replay_args=replay_args, capture_args=capture_args
-    )
-    sup = Supervisor.from_config(cfg, services, reused=reused)
+    sup = Supervisor.from_config(cfg, [])
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -77,6 +76,14 @@ def command(
         sup.lock()  # before the broker: a second `netmon up` starts nothing
     except SupervisorRunning as exc:
         fail("up", str(exc), 1)
+    # what a `netmon up` killed outright left (a pipeline holding the data directory's lock would
+    # otherwise be taken for one to reuse)
+    for line in sup.clean_leftovers():
+        click.echo(line, err=True)
+    services, reused = monitor_services(
+        cfg, ifaces=ifaces, replay=replay_file, replay_args=replay_args, capture_args=capture_args
+    )
+    sup.add(services, reused)
     broker, broker_pid = _broker(cfg, sup)
     watch = _BrokerWatch(broker, broker_pid, sup, cfg)
     metrics = None
@@ -121,12 +128,15 @@ def _broker(cfg: Config, sup: Any) -> tuple[Any, int | None]:
     broker = LocalBroker(cfg)
     was_running = broker.status(with_topics=False).running
     try:
-        line = broker.start().line()
+        line = broker.start(supervised=None if was_running else sup.child_env()).line()
     except (BrokerError, JvmDepsError) as exc:
         sup.stop()
         fail("up", f"broker: {exc}", 1)
     click.echo(f"broker: {'reused, ' if was_running else ''}{line}", err=True)
-    return (None if was_running else broker), broker.pid()
+    pid = broker.pid()
+    if not was_running and pid is not None:
+        sup.track(pid)
+    return (None if was_running else broker), pid
 
 
 def _metrics(cfg: Config) -> Any:
@@ -163,6 +173,7 @@ class _BrokerWatch:
         from netmon.supervisor import Backoff, ServiceState
 
         self.broker = broker
+        self.sup = sup
         self.state = ServiceState("broker", "local Kafka broker", state="running" if broker else "reused")
         self.state.pid = pid
         self.state.started = time.time() if broker else None
@@ -188,17 +199,21 @@ class _BrokerWatch:
                 return []
             wait_s = self.backoff.next(now - self.since)
             self.due = now + wait_s
+            if self.state.pid is not None:
+                self.sup.untrack(self.state.pid)
             self.state.state, self.state.pid, self.state.started = "waiting", None, None
             return [f"broker: died; restarting in {wait_s:g} s"]
         if now < self.due:
             return []
         self.due = None
         try:
-            self.broker.start()
+            self.broker.start(supervised=self.sup.child_env())
         except BrokerError as exc:
             self.due = now + self.backoff.next(0.0)
             return [f"broker: restart failed: {exc}"]
         self.since = time.monotonic()
         self.state.restarts += 1
         self.state.state, self.state.pid, self.state.started = "running", self.broker.pid(), time.time()
+        if self.state.pid is not None:
+            self.sup.track(self.state.pid)
         return [f"broker: restarted (pid {self.state.pid}, restart {self.state.restarts})"]

@@ -9,6 +9,8 @@ process ``netmon up`` started. Also the quick refusals of ``netmon up`` and ``ne
 from __future__ import annotations
 
 import collections
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -54,7 +56,43 @@ def _tagged_processes(tag: str) -> list[int]:
     return found
 
 
-def _write_config(path: Path, base: Config, data: Path, topic: str) -> None:
+def _descendants(root: int) -> dict[int, str]:
+    """Every live (not zombie) process below ``root`` in the process tree, with its command line."""
+    parents: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents[int(fields[1])].append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = list(parents[root])
+    while todo:
+        pid = todo.pop()
+        try:
+            found[pid] = (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        todo += parents[pid]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped by its new parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _write_config(
+    path: Path, base: Config, data: Path, topic: str, kinds: tuple[str, ...] = ("traffic",)
+) -> None:
     path.write_text(
         f"""
 [paths]
@@ -68,7 +106,7 @@ packets_topic = "{topic}"
 results_topic_prefix = "{topic}."
 partitions = 1
 [pipeline]
-kinds = ["traffic"]
+kinds = {list(kinds)!r}
 traffic_window_s = 1.0
 watermark_s = 1.0
 [spark]
@@ -246,15 +284,19 @@ def test_up_on_lo_restarts_a_killed_pipeline_without_loss_or_duplicates(
 
 @pytest.mark.slow
 @pytest.mark.kafka
-def test_up_replay_puts_every_packet_of_the_file_in_the_results(
+def test_up_replay_puts_every_packet_in_the_results_and_a_sigkill_leaves_no_process(
     netmon_config: Config, kafka_broker: object, tmp_path: Path
 ) -> None:
+    """Every packet of the replayed file in the results; then ``kill -9`` of ``netmon up`` itself:
+    every process below it — the services, the pipeline's Spark JVM and Python workers, the
+    dashboard's Streamlit — is gone within the stop timeout, with no signal from anyone else."""
     from ingest import read_records
 
     sample = REPO_ROOT / "samples" / "mixed-small.pcap"
     expected = sum(batch.num_rows for batch in read_records(sample))
     toml = tmp_path / "netmon.toml"
-    _write_config(toml, netmon_config, tmp_path / "data", f"test.up.{uuid.uuid4().hex[:8]}")
+    topic = f"test.up.{uuid.uuid4().hex[:8]}"
+    _write_config(toml, netmon_config, tmp_path / "data", topic, kinds=("traffic", "sys"))
     cfg = load_config(toml, env={})
     tag = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMON_")}
@@ -262,7 +304,7 @@ def test_up_replay_puts_every_packet_of_the_file_in_the_results(
     log = tmp_path / "up.log"
     argv = [sys.executable, "-m", "cli.main", "--config", str(toml), "up", "--replay", str(sample)]
     with log.open("wb") as out:
-        up = subprocess.Popen([*argv, "--no-dashboard", "--no-alerts"], stdout=out, stderr=out, env=env)
+        up = subprocess.Popen([*argv, "--no-alerts"], stdout=out, stderr=out, env=env)
     try:
         _wait(lambda: _service(cfg, "replay").get("state") == "done", 120, "the replay", up, log)
         _wait(
@@ -272,26 +314,59 @@ def test_up_replay_puts_every_packet_of_the_file_in_the_results(
             up,
             log,
         )
-        # the broker is the session's (reused, not supervised); no dashboard, no alerts
+        # the broker is the session's (reused, not supervised); no alerts
         names = {s["name"]: s["state"] for s in (read_state(state_file(cfg)) or {})["services"]}
-        assert names == {"broker": "reused", "pipeline": "running", "replay": "done"}
+        assert names == {"broker": "reused", "pipeline": "running", "dashboard": "running", "replay": "done"}
+        _wait(
+            lambda: any("streamlit" in c for c in _descendants(up.pid).values()),
+            60,
+            "Streamlit",
+            up,
+            log,
+        )
+        # /metrics: the newest sys row's lag, and every batch's latency (lag + duration)
+        url = f"http://127.0.0.1:{cfg.metrics.port}/metrics"
+
+        def latency_shown() -> bool:
+            table = read_results(results_dir(cfg, "sys") / "packets")
+            rows = sorted(table.to_pylist() if table else [], key=lambda r: r["batch_id"])
+            latencies = [r["lag_s"] + r["batch_ms"] / 1000 for r in rows if r["lag_s"] is not None]
+            m, q = _scrape(url), (("query", "packets"),)
+            return bool(
+                latencies
+                and m.get(("netmon_pipeline_latency_seconds_count", q)) == len(latencies)
+                and m.get(("netmon_pipeline_latency_seconds_sum", q)) == pytest.approx(sum(latencies))
+                and m.get(("netmon_pipeline_lag_seconds", q)) == rows[-1]["lag_s"]
+            )
+
+        _wait(latency_shown, 60, "the sys rows' lag and latency on /metrics", up, log)
+
+        tree = _descendants(up.pid)
+        commands = list(tree.values())
+        assert any("java" in c.split(" ")[0] for c in commands), commands  # Spark's JVM
+        assert any("streamlit" in c for c in commands), commands
+        pipeline_log = Path(cfg.paths.state_dir) / "logs" / "pipeline.log"
+        logged = pipeline_log.stat().st_size
+        os.kill(up.pid, signal.SIGKILL)
+        assert up.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + cfg.services.stop_timeout_s + 60
+        while time.monotonic() < deadline and (any(_alive(pid) for pid in tree) or _tagged_processes(tag)):
+            time.sleep(0.5)
+        left = {pid: tree.get(pid, "?") for pid in [*tree, *_tagged_processes(tag)] if _alive(pid)}
+        assert left == {}, f"processes outlived netmon up killed by SIGKILL: {left}"
+        # the pipeline stopped as on a clean stop, once (one SIGTERM, however many SIGHUPs)
+        said = pipeline_log.read_bytes()[logged:].decode(errors="replace")
+        assert "stopping pipeline (after the running batch" in said and "stopping now" not in said, said
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGTERM)
-        code = up.wait(120)
-    said = log.read_text()
-    assert code == 0, said[-3000:]
-    assert "replay: done" in said
-    assert _tagged_processes(tag) == []
+            up.wait(120)
+        for pid in _tagged_processes(tag):  # what a failed run left
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
     status = subprocess.run([*argv[:5], "status"], capture_output=True, text=True, env=env, timeout=60)
     assert status.returncode == 3
     assert status.stdout.splitlines()[0] == "netmon up: not running"
-    assert [line.split()[:2] for line in status.stdout.splitlines()[1:5]] == [
-        ["SERVICE", "STATE"],
-        ["broker", "reused"],
-        ["pipeline", "stopped"],
-        ["replay", "done"],
-    ]
 
 
 def test_up_needs_a_source_and_status_says_when_nothing_runs(tmp_path: Path) -> None:
@@ -308,3 +383,94 @@ def test_up_needs_a_source_and_status_says_when_nothing_runs(tmp_path: Path) -> 
         result.output.splitlines()[0] == f"netmon up: not running (no state in {tmp_path / 'state' / 'up'})"
     )
     assert result.output.splitlines()[1] == "pipeline: no status yet; lag unknown"
+
+
+#: a process a killed `netmon up` left: holds the pipeline's lock as a pipeline does, ignores
+#: SIGTERM, and has a child of its own
+LEFTOVER = """
+import fcntl, os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+lock = open(sys.argv[1], "a+")
+fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+lock.seek(0); lock.truncate(); lock.write(f"{os.getpid()}\\n"); lock.flush()
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_up_stops_what_a_killed_up_left_before_starting_anything(tmp_path: Path) -> None:
+    """A previous ``netmon up`` (dead: its lock is free) left a "pipeline" holding the data
+    directory's lock, and its child. The next ``netmon up`` stops both — by the tag they carry —
+    before it chooses its services, so it starts a pipeline instead of reusing the leftover.
+    No Kafka: the services it starts fail and are restarted until SIGTERM."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(
+        f"""
+[paths]
+state_dir = "{state}"
+data_dir = "{data}"
+[kafka]
+bootstrap_servers = "127.0.0.1:{free_port()}"
+[metrics]
+port = {free_port()}
+[services]
+stop_timeout_s = 1.0
+"""
+    )
+    cfg = load_config(toml, env={})
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMON_")}
+    env["NETMON_TEST_TAG"] = tag
+    data.mkdir()
+    leftover = subprocess.Popen(
+        [sys.executable, "-c", LEFTOVER, str(data / "pipeline.lock")],
+        env={**env, "NETMON_UP_TAG": "1-dead"},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    up: subprocess.Popen[bytes] | None = None
+    try:
+        assert leftover.stdout is not None and leftover.stdout.readline() == b"ready\n"
+        kid = next(iter(_descendants(leftover.pid)))
+        state_file(cfg).parent.mkdir(parents=True)
+        state_file(cfg).write_text(
+            json.dumps(
+                {
+                    "supervisor": {"pid": 1, "started": 0, "updated": 0, "tag": "1-dead"},
+                    "services": [
+                        {"name": "pipeline", "command": "", "state": "running", "pid": leftover.pid}
+                    ],
+                }
+            )
+        )
+        log = tmp_path / "up.log"
+        argv = [sys.executable, "-m", "cli.main", "--config", str(toml), "up", "--replay"]
+        with log.open("wb") as out:
+            up = subprocess.Popen(
+                [*argv, str(REPO_ROOT / "samples" / "mixed-small.pcap"), "--no-dashboard", "--no-alerts"],
+                stdout=out,
+                stderr=out,
+                env=env,
+            )
+        line = (
+            "stopped what the netmon up killed before (pid 1) left running: "
+            f"pipeline (pid {leftover.pid}) and 1 other process"
+        )
+        _wait(lambda: line in log.read_text(), 60, "the leftovers stopped", up, log)
+        assert leftover.wait(5) == -signal.SIGKILL  # it ignored SIGTERM
+        assert not _alive(kid)
+        _wait(lambda: bool(_service(cfg, "pipeline").get("pid")), 30, "a pipeline of its own", up, log)
+        assert _service(cfg, "pipeline")["state"] != "reused"
+    finally:
+        if up is not None and up.poll() is None:
+            up.send_signal(signal.SIGTERM)
+            up.wait(60)
+        if leftover.poll() is None:
+            leftover.kill()
+        for pid in _tagged_processes(tag):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert up is not None and up.returncode == 0
+    assert _tagged_processes(tag) == []

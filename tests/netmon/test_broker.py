@@ -77,3 +77,65 @@ def test_stop_then_start_again_keeps_topics(netmon_config, tmp_path, monkeypatch
         assert "netmon.survives" in broker.start().topics
     finally:
         broker.stop()
+
+
+#: starts a broker as `netmon up` does (``supervised``), prints its pid, and waits to be killed
+_STARTER = """
+import sys, time
+from netmon.broker import LocalBroker
+from netmon.config import load_config
+state, cache, port, controller, tag = sys.argv[1:]
+cfg = load_config(None, env={"NETMON_STATE_DIR": state, "NETMON_CACHE_DIR": cache})
+cfg = cfg.replace(kafka={"port": int(port), "controller_port": int(controller)})
+print(LocalBroker(cfg).start(supervised={"NETMON_UP_TAG": tag}).pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_broker_started_for_netmon_up_stops_when_it_is_killed(netmon_config, tmp_path) -> None:
+    """The JVM of a broker started with ``supervised`` carries the tag and shuts down (SIGHUP, the
+    parent-death signal: the JVM's shutdown hooks run) when the process that started it is
+    killed outright."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from pathlib import Path
+
+    from netmon.orphans import tagged
+
+    tag = uuid.uuid4().hex
+    cfg = netmon_config.replace(
+        paths={"state_dir": tmp_path / "state"}, kafka={"port": free_port(), "controller_port": free_port()}
+    )
+    argv = [
+        str(cfg.paths.state_dir),
+        str(cfg.paths.cache_dir),
+        str(cfg.kafka.port),
+        str(cfg.kafka.controller_port),
+    ]
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, *argv, tag],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    broker = LocalBroker(cfg)
+    try:
+        assert starter.stdout is not None
+        pid = int(starter.stdout.readline())
+        assert tagged(tag) == [pid] and broker.pid() == pid
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 60
+        while broker.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert broker.pid() is None, "the broker outlived the process that started it"
+        server_log = (Path(cfg.paths.state_dir) / "kafka" / "logs" / "server.log").read_text()
+        assert "Terminating process due to signal SIGHUP" in server_log  # a graceful shutdown
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+        for left in tagged(tag):
+            os.kill(left, signal.SIGKILL)

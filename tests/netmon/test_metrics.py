@@ -3,7 +3,9 @@ pipeline's lag against the real broker's end offsets."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import random
 import sys
 import time
 import urllib.request
@@ -153,3 +155,81 @@ def test_metrics_config_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"^\[metrics\] port: expected a port in 1..65535, got 0$"):
         MetricsConfig(port=0)
     assert MetricsConfig().host == "127.0.0.1"
+
+
+def test_lag_backlog_and_latency_are_those_of_the_sys_rows(netmon_config: Config, tmp_path: Path) -> None:
+    """Brute force: the sys rows read back whole (``read_results``) against the scraped text — per
+    query, the newest row's ``lag_s`` and ``backlog_s``, and a latency histogram of every batch
+    committed after the first observation (``lag_s`` + the batch's duration)."""
+    from netmon.metrics import LATENCY_BUCKETS_S
+    from netmon.results import read_results, results_dir
+    from pipeline.batch_sink import write_table
+    from pipeline.sys_stats import sys_table
+
+    cfg = _cfg(netmon_config, tmp_path)
+    root = results_dir(cfg, "sys")
+    rng = random.Random(21)
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=1)
+    batches = {"packets": 0, "joins": 0}
+
+    def commit(query: str, n: int, *, last_lag: float | None = None) -> None:
+        for i in range(n):
+            batch = batches[query]
+            batches[query] += 1
+            batch_time = start + dt.timedelta(seconds=batch)
+            lag = rng.choice([None, rng.uniform(0.0, 3.0), rng.uniform(3.0, 400.0)])
+            if i == n - 1 and last_lag is not None:
+                lag = last_lag
+            row = {
+                "query": query,
+                "batch_id": batch,
+                "batch_time": batch_time,
+                "max_event_time": None if lag is None else batch_time - dt.timedelta(seconds=lag),
+                "lag_s": lag,
+                "backlog_s": rng.choice([None, round(rng.uniform(0, 90), 3)]),
+                "batch_ms": rng.randint(3, 4000),
+            }
+            write_table(sys_table([row]), root / query, batch)
+
+    commit("packets", 6)  # before the first observation: not folded in
+    server = serve(cfg)
+    try:
+        server.collector.observe()
+        commit("packets", 25)
+        commit("joins", 7)  # a sink that appears after the first observation: folded in whole
+        server.collector.observe()
+        commit("packets", 9, last_lag=12.5)
+        commit("joins", 4, last_lag=0.75)
+        server.collector.observe()
+        server.collector.observe()  # nothing new: nothing folded twice
+        m = _scrape(server.url)
+    finally:
+        server.close()
+
+    for query, first_folded in (("packets", 6), ("joins", 0)):
+        table = read_results(root / query)
+        assert table is not None
+        rows = sorted(table.to_pylist(), key=lambda r: r["batch_id"])
+        assert [r["batch_id"] for r in rows] == list(range(batches[query]))
+        newest = rows[-1]
+        q = (("query", query),)
+        assert m[("netmon_pipeline_lag_seconds", q)] == newest["lag_s"]
+        if newest["backlog_s"] is None:
+            assert ("netmon_pipeline_backlog_seconds", q) not in m
+        else:
+            assert m[("netmon_pipeline_backlog_seconds", q)] == newest["backlog_s"]
+        latencies = [
+            r["lag_s"] + r["batch_ms"] / 1000
+            for r in rows
+            if r["batch_id"] >= first_folded and r["lag_s"] is not None
+        ]
+        assert latencies
+        assert m[("netmon_pipeline_latency_seconds_count", q)] == len(latencies)
+        assert m[("netmon_pipeline_latency_seconds_sum", q)] == pytest.approx(sum(latencies))
+        for le in [*LATENCY_BUCKETS_S, float("inf")]:
+            label = "+Inf" if le == float("inf") else str(le)
+            bucket = (
+                "netmon_pipeline_latency_seconds_bucket",
+                tuple(sorted({"query": query, "le": label}.items())),
+            )
+            assert m[bucket] == sum(latency <= le for latency in latencies), (query, le)

@@ -3,8 +3,11 @@ group cleanup, the state file and the lock."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -26,7 +29,8 @@ from netmon.supervisor import (
 )
 from tests.conftest import free_port
 
-#: a child that appends "<name> <event> <pid>" lines to a file: started; on SIGTERM "term", exits
+#: a child that appends "<name> <event> <pid>" lines to a file: started; on SIGTERM "term", exits;
+#: takes its parent's death as netmon's commands do (mode "ignore": notes "hup", ignores it too)
 CHILD = textwrap.dedent(
     """
     import os, signal, subprocess, sys, time
@@ -41,6 +45,11 @@ CHILD = textwrap.dedent(
         time.sleep(0.2)
         sys.exit(0)
     signal.signal(signal.SIGTERM, term)
+    if mode == "ignore":
+        signal.signal(signal.SIGHUP, lambda *_: note("hup"))
+    else:
+        from netmon.orphans import parent_death_as_sigterm
+        parent_death_as_sigterm()
     if mode == "grandchild":
         kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         note(f"kid{kid.pid}")
@@ -230,3 +239,125 @@ def test_monitor_services_order_reuse_and_replay_resume(tmp_path: Path) -> None:
     replay = services[-1]
     assert replay.once
     assert replay.argv[3:] == ("replay", "x.pcap", "--quiet", "--resume", "1-abcdef", "--speed", "2")
+
+
+# -- a supervisor killed outright (SIGKILL) -------------------------------------------------------
+
+#: a supervisor of three children, as `netmon up` runs them: one with a grandchild in its group, one
+#: that ignores SIGTERM, one that stops on it; polled from the main thread until killed, with more
+#: threads beside it (netmon up's metrics server, Kafka's): the kernel signals an orphan once per
+#: thread it hands it to
+SUPERVISOR = textwrap.dedent(
+    """
+    import sys, threading, time
+    from pathlib import Path
+    from netmon.supervisor import Service, Supervisor
+    for _ in range(4):
+        threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+    tmp, child = Path(sys.argv[1]), sys.argv[2]
+    modes = (("pipeline", "grandchild"), ("dashboard", "ignore"), ("capture", "run"))
+    services = [Service(n, (sys.executable, child, n, str(tmp / "events.txt"), m)) for n, m in modes]
+    sup = Supervisor(services, state_path=tmp / "up" / "state.json", log_dir=tmp / "logs", stop_timeout_s=3.0)
+    sup.start()
+    while True:
+        sup.poll()
+        time.sleep(0.1)
+    """
+)
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root``, with its command line (from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        if stat:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        todo += children.get(pid, [])
+    return found
+
+
+def _running(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
+
+
+def _killed_supervisor(tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict[int, str]]:
+    """The :data:`SUPERVISOR` script running its three children (and the grandchild), and every
+    process below it."""
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "sup.py").write_text(SUPERVISOR)
+    sup = subprocess.Popen(
+        [sys.executable, str(tmp_path / "sup.py"), str(tmp_path), str(tmp_path / "child.py")],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    _wait(lambda: sum(e[1] == "start" for e in _events(tmp_path)) == 3)
+    tree = _descendants(sup.pid)
+    assert sum("child.py" in c for c in tree.values()) == 3 and any("sleep(600)" in c for c in tree.values())
+    assert sum("netmon.orphans" in c for c in tree.values()) == 1  # the guard
+    return sup, tree
+
+
+def test_a_supervisor_killed_outright_leaves_no_process(tmp_path: Path) -> None:
+    sup, tree = _killed_supervisor(tmp_path)
+    try:
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait()
+        # the children get SIGHUP from the kernel; the guard waits stop_timeout_s (3 s), then
+        # SIGTERM to what is left (the grandchild, the child ignoring it all), SIGKILL 5 s later
+        _wait(lambda: not any(_running(pid) for pid in tree), timeout_s=30, step_s=0.2)
+    finally:
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    # one SIGTERM each, as a clean stop sends, however many SIGHUPs the kernel sent; the guard's
+    # for the one ignoring its SIGHUPs
+    terms = collections.Counter(e[0] for e in _events(tmp_path) if e[1] == "term")
+    assert terms == {"capture": 1, "pipeline": 1, "dashboard": 1}
+    assert sum(e[:2] == ["dashboard", "hup"] for e in _events(tmp_path)) >= 1
+    guard_log = (tmp_path / "logs" / "up-guard.log").read_text()
+    assert "is gone; stopping its processes" in guard_log and "stopped: " in guard_log
+
+
+def test_the_next_supervisor_stops_what_a_killed_one_and_its_guard_left(tmp_path: Path) -> None:
+    sup, tree = _killed_supervisor(tmp_path)
+    guard = next(pid for pid, command in tree.items() if "netmon.orphans" in command)
+    kid = next(pid for pid, command in tree.items() if "sleep(600)" in command)
+    dashboard = next(pid for pid, command in tree.items() if " dashboard " in command)
+    try:
+        os.kill(guard, signal.SIGKILL)
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait()
+        # nobody is left to finish the job: the grandchild and the child ignoring SIGTERM stay
+        _wait(lambda: sum(_running(pid) for pid in tree) == 2, timeout_s=15)
+        assert _running(kid) and _running(dashboard)
+        state = read_state(tmp_path / "up" / "state.json")
+        assert state is not None
+        other = _supervisor(tmp_path, [], stop_timeout_s=1.0)
+        other.lock()
+        try:
+            lines = other.clean_leftovers()
+            assert not any(_running(pid) for pid in tree)
+            assert lines == [
+                f"stopped what the netmon up killed before (pid {sup.pid}) left running: "
+                f"dashboard (pid {dashboard}) and 1 other process"
+            ]
+            assert other.clean_leftovers() == []  # nothing left
+        finally:
+            other.stop()
+    finally:
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -768,3 +768,99 @@ def test_the_maintain_command_runs_one_pass_and_is_refused_while_a_pipeline_runs
         "removed 0 empty commits, 0 leftovers, 0 publish marks"
     ]
     assert _rows(read_results(results)) == _rows(original)
+
+
+# -- Spark's own file sink log stays bounded (the joins' sink) ---------------------------------------
+
+
+def _sink_log(sink: Path) -> dict[str, list[str]]:
+    """Spark's sink log: per log file, the names of the files it adds."""
+    return {
+        entry.name: [Path(json.loads(line)["path"]).name for line in entry.read_text().splitlines()[1:]]
+        for entry in sorted((sink / "_spark_metadata").iterdir())
+        if not entry.name.startswith(".")
+    }
+
+
+def _numbers(sink: Path) -> list[int]:
+    """The ``n`` of every row ``read_results`` reads from ``sink``, sorted."""
+    table = read_results(sink)
+    return sorted(r["n"] for r in (table.to_pylist() if table is not None else []))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("days", [2.0 / 86400, 0.0], ids=["retention-2s", "kept-forever"])
+def test_the_file_sink_log_forgets_files_older_than_results_days_at_its_compaction(
+    spark: Any, netmon_config: Config, tmp_path: Path, days: float
+) -> None:
+    """The joins' writer options (``pipeline.job.file_sink_options``) on a real Spark file sink
+    compacting its log every 2 batches: the compaction leaves out the file written more than
+    ``results_days`` ago (kept with ``results_days = 0``); the maintainer then deletes that file,
+    which no log entry names; a file the log names but that is gone is skipped by readers."""
+    from pipeline.job import file_sink_options
+    from pipeline.retention import maintain
+
+    cfg = netmon_config.replace(paths={"data_dir": tmp_path / "data"}, retention={"results_days": days})
+    options = file_sink_options(cfg)
+    assert options == ({"retention": "2000ms"} if days else {})
+    sink, source = results_dir(cfg, "joins"), tmp_path / "in"
+    source.mkdir()
+    # one event time for every row, now: retention by event time keeps them all
+    when = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    schema = pa.schema([("query", pa.string()), ("left_ts", TS), ("n", pa.int64())])
+
+    def batch(n: int) -> Path:
+        """One micro-batch of the sink (one new input file, the query run until it is done);
+        returns the file it wrote."""
+        before = set(sink.glob("part-*")) if sink.is_dir() else set()
+        pq.write_table(
+            pa.table({"query": ["q"], "left_ts": [when], "n": [n]}, schema=schema), source / f"{n}.parquet"
+        )
+        query = (
+            spark.readStream.schema("query STRING, left_ts TIMESTAMP, n BIGINT")
+            .parquet(str(source))
+            .writeStream.format("parquet")
+            .outputMode("append")
+            .options(**options)
+            .option("path", str(sink))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        (written,) = set(sink.glob("part-*")) - before
+        return written
+
+    key = "spark.sql.streaming.fileSink.log.compactInterval"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, "2")  # batches 1, 3, 5, ... compact the log
+    try:
+        first = batch(0)
+        assert _sink_log(sink) == {"0": [first.name]}
+        time.sleep(2.5)  # the first file is now older than the 2 s of the retention
+        second = batch(1)
+        third = batch(2)
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+    if days:
+        # the compaction (batch 1) names the second file only; the first stays on disk, unread
+        assert _sink_log(sink) == {"0": [first.name], "1.compact": [second.name], "2": [third.name]}
+        assert sink_files(sink) == sorted([second, third]) and first.exists()
+        assert _numbers(sink) == [1, 2]
+        report = maintain(cfg, ("joins",))
+        assert not first.exists() and second.exists() and third.exists()
+        assert (report.expired_files, report.expired_rows) == (1, 1)
+    else:
+        assert _sink_log(sink) == {
+            "0": [first.name],
+            "1.compact": [first.name, second.name],
+            "2": [third.name],
+        }
+        assert _numbers(sink) == [0, 1, 2]
+    # a file the log names, deleted (as retention does): readers skip it, without an error
+    second.unlink()
+    assert sink_files(sink) == sorted(f for f in (first, third) if f.exists())
+    assert _numbers(sink) == ([2] if days else [0, 2])
