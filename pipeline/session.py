@@ -44,7 +44,11 @@ def build_session(
         # operator and batch here (docs/performance.md, "Top-k in Spark").
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.memory", cfg.spark.driver_memory)
-        .config("spark.driver.defaultJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}")
+        .config(
+            "spark.driver.defaultJavaOptions",
+            f"-Dlog4j2.configurationFile={log4j.as_uri()} {cfg.spark.java_options}".strip(),
+        )
+        .config("spark.executor.defaultJavaOptions", cfg.spark.java_options)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", str(ui).lower())
         .config("spark.ui.showConsoleProgress", "false")

@@ -241,6 +241,12 @@ class SparkConfig:
     #: (the task results and their Arrow copies); 1g ran out of heap on whole-capture batches.
     driver_memory: str = "2g"
     log_level: str = "WARN"
+    #: Options for the driver's (and executors') JVM, before any of the user's own
+    #: ``extraJavaOptions``. The default stops the JIT at its first tier (C1): every micro-batch
+    #: loads new generated classes, and the optimizing compiler (C2) spent about a third of a core
+    #: compiling them, more than the code it optimized saved (docs/performance.md, "JIT"). "" for
+    #: the JVM's default.
+    java_options: str = "-XX:TieredStopAtLevel=1"
 
     def __post_init__(self) -> None:
         where = "[spark]"

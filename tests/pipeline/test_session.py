@@ -19,3 +19,12 @@ def test_driver_reads_netmons_log4j2_file_and_quiets_per_run_warnings(spark: Any
     assert level("org.apache.spark.scheduler.DAGScheduler") == "ERROR"
     # Everything else keeps the root level ([spark] log_level, WARN by default).
     assert level("org.apache.spark.sql.execution.streaming.state.RocksDB") == "WARN"
+
+
+def test_driver_jvm_runs_with_the_configured_java_options(spark: Any, netmon_config: Any) -> None:
+    # [spark] java_options reaches the driver JVM's own arguments (the default stops the JIT at C1).
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = [str(a) for a in runtime.getInputArguments()]
+    assert netmon_config.spark.java_options == "-XX:TieredStopAtLevel=1"
+    assert "-XX:TieredStopAtLevel=1" in arguments
+    assert spark.conf.get("spark.executor.defaultJavaOptions") == "-XX:TieredStopAtLevel=1"
