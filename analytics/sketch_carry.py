@@ -94,8 +94,9 @@ class SlidingCoupons:
 
     @property
     def groups(self) -> np.ndarray:
-        """The group ids the carried state holds (sorted, unique)."""
-        return np.union1d(np.unique((self.keys >> _SHIFT).astype(np.int64)), self.hll_group)
+        """The group ids the carried state and the pending sketches hold (sorted, unique)."""
+        held = [np.unique((self.keys >> _SHIFT).astype(np.int64)), self.hll_group]
+        return np.unique(np.concatenate(held + [g for g, _, _ in self._pending]))
 
     def renumber(self, kept: np.ndarray) -> SlidingCoupons:
         """Group ids become their rank in ``kept`` (sorted, holding every carried group)."""
@@ -104,6 +105,7 @@ class SlidingCoupons:
         new = np.searchsorted(kept, old).astype(np.uint64)
         self.keys = (new << _SHIFT) | (self.keys & np.uint64(0xFFFFFFFF))  # monotone: still sorted
         self.hll_group = np.searchsorted(kept, self.hll_group).astype(np.int64)
+        self._pending = [(np.searchsorted(kept, g).astype(np.int64), i, b) for g, i, b in self._pending]
         return self
 
     def seek(self, hi: int, *, answers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
