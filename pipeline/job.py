@@ -771,7 +771,7 @@ def _query_starter(
                 .option("checkpointLocation", str(checkpoint))
             )
 
-    return _starter(writer, cfg, available_now, guard), function, guard
+    return _starter(writer, cfg, available_now, guard, name), function, guard
 
 
 def file_sink_options(cfg: Config) -> dict[str, str]:
@@ -794,15 +794,27 @@ def file_sink_options(cfg: Config) -> dict[str, str]:
 
 
 def _starter(
-    writer: Callable[[], Any], cfg: Config, available_now: bool, guard: StoppableBatch | None
+    writer: Callable[[], Any], cfg: Config, available_now: bool, guard: StoppableBatch | None, pool: str
 ) -> Callable[[], StreamingQuery]:
     def start() -> StreamingQuery:
-        query = _triggered(writer(), cfg, available_now).start()
+        triggered = _triggered(writer(), cfg, available_now)
+        # The query's thread inherits the pool (Spark's FAIR scheduler, pipeline.session).
+        context = triggered._spark.sparkContext
+        before = context.getLocalProperty(POOL)
+        context.setLocalProperty(POOL, pool)
+        try:
+            query = triggered.start()
+        finally:
+            context.setLocalProperty(POOL, before)
         if guard is not None:
             guard.query = query
         return query
 
     return start
+
+
+#: The local property naming a job's FAIR scheduler pool.
+POOL = "spark.scheduler.pool"
 
 
 def _triggered(writer: Any, cfg: Config, available_now: bool) -> Any:
@@ -908,7 +920,7 @@ def _start(
 
         for name in shared:
             follow(SHARED_QUERY, name, batch)
-        starters[SHARED_QUERY] = _starter(shared_writer, cfg, available_now, guard)
+        starters[SHARED_QUERY] = _starter(shared_writer, cfg, available_now, guard, SHARED_QUERY)
         queries[SHARED_QUERY] = starters[SHARED_QUERY]()
         functions |= {SHARED_QUERY: batch, **shared}
         feeds[SHARED_QUERY] = tuple(shared)

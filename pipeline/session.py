@@ -34,6 +34,7 @@ def build_session(
     # Read when the driver JVM starts: quiets Spark's per-run warnings about what netmon chose.
     # A default, not extraJavaOptions: a user's own driver options still apply after it.
     log4j = Path(str(resources.files("netmon") / "jvm" / "spark-log4j2.properties"))
+    pools = Path(str(resources.files("netmon") / "jvm" / "fair-scheduler.xml"))
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master or cfg.spark.master)
@@ -52,6 +53,10 @@ def build_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", str(ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
+        # One pool per streaming query (pipeline.job starts each in its own): the shared query's
+        # tasks are not queued behind the join query's whole job, nor the other way round.
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", pools.as_uri())
         .config("spark.sql.streaming.metricsEnabled", "true")
         # Parquet timestamps as INT64 micros: pyarrow reads them without INT96 conversion.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

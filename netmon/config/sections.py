@@ -245,8 +245,10 @@ class SparkConfig:
     #: ``extraJavaOptions``. The default stops the JIT at its first tier (C1): every micro-batch
     #: loads new generated classes, and the optimizing compiler (C2) spent about a third of a core
     #: compiling them, more than the code it optimized saved (docs/performance.md, "JIT"). "" for
-    #: the JVM's default.
-    java_options: str = "-XX:TieredStopAtLevel=1"
+    #: the JVM's default. With C1 alone the JVM's code cache defaults to 48 MB, which the generated
+    #: classes filled in under three minutes (then compiling pauses until the sweeper frees space):
+    #: 240 MB, the tiered default.
+    java_options: str = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
     def __post_init__(self) -> None:
         where = "[spark]"
