@@ -1,9 +1,11 @@
 """The Streamlit dashboard: ``app`` is the entrypoint, ``pages/`` one script per page.
 
 The pages only draw: every read goes through ``data`` (traffic, shared helpers) and its
-per-page siblings ``data_topk``, ``data_distinct``, ``data_joins``, ``data_resources`` and
-``data_alerts``, which read committed results with pyarrow (and the alert outbox with SQLite),
-never Spark. ``server`` starts Streamlit for ``netmon dashboard`` and ``netmon demo``.
+per-page siblings ``data_topk``, ``data_distinct``, ``data_joins``, ``data_resources``,
+``data_pipeline`` and ``data_alerts``, which read committed results with pyarrow (and the alert
+outbox with SQLite), never Spark. Results reads are bounded to the page's time range (the sidebar's
+picker, ``time_range``, one for every page): ``bounded`` opens only the files whose rows can lie
+in it. ``server`` starts Streamlit for ``netmon dashboard`` and ``netmon demo``.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).
@@ -13,11 +15,14 @@ Floor 4 of the house (README, "Architecture"): it stands on ``alerts``, ``analyt
 """
 
 __all__ = [
+    "bounded",
     "data",
     "data_alerts",
     "data_distinct",
     "data_joins",
+    "data_pipeline",
     "data_resources",
     "data_topk",
     "server",
+    "time_range",
 ]

@@ -1,7 +1,13 @@
-"""All the dashboard's reads: committed Parquet results under ``<data>/results`` via pyarrow."""
+"""All the dashboard's reads: committed Parquet results under ``<data>/results`` via pyarrow.
+
+Every results read is bounded to the page's time range (``dashboard.time_range``): it opens only
+the files whose rows can lie in it (``dashboard.bounded``), so a page costs what its range holds,
+not the history. :func:`newest` is where a relative range ends.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from collections.abc import Callable
@@ -11,10 +17,11 @@ from typing import ParamSpec, TypeVar
 import pandas as pd
 import streamlit as st
 
+from dashboard import bounded
 from netmon.config import Config, load_config
-from netmon.results import read_results, results_dir, status_file
+from netmon.results import results_dir, status_file
 
-__all__ = ["PROTOCOLS", "cache_ttl", "cached", "config", "pipeline_status", "traffic"]
+__all__ = ["PROTOCOLS", "cache_ttl", "cached", "config", "newest", "pipeline_status", "read_range", "traffic"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,14 +68,40 @@ def cached(*, max_entries: int = 4) -> Callable[[Callable[P, R]], Callable[P, R]
     return decorate
 
 
-@cached()
-def traffic(data_dir: str) -> pd.DataFrame:
-    """Per window and protocol: packets, bytes, and their rates per second."""
+@cached(max_entries=16)
+def newest(data_dir: str, kind: str) -> dt.datetime | None:
+    """The newest time of ``kind``'s committed rows (its column of ``bounded.TIME_COLUMNS``), where
+    a relative time range ends; None without rows."""
     cfg = config().replace(paths={"data_dir": Path(data_dir)})
-    table = read_results(results_dir(cfg, "traffic"))
-    if table is None or table.num_rows == 0:
+    return bounded.newest(
+        results_dir(cfg, kind), bounded.TIME_COLUMNS[kind], compacted_by=bounded.COMPACTION_COLUMNS[kind]
+    )
+
+
+def read_range(
+    data_dir: str, kind: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None = None
+) -> pd.DataFrame | None:
+    """``kind``'s committed rows whose time lies in ``[start, end]`` (``bounded.read_range``), as a
+    frame; None without any."""
+    cfg = config().replace(paths={"data_dir": Path(data_dir)})
+    table = bounded.read_range(
+        results_dir(cfg, kind),
+        bounded.TIME_COLUMNS[kind],
+        start,
+        end,
+        columns,
+        compacted_by=bounded.COMPACTION_COLUMNS[kind],
+    )
+    return None if table is None or table.num_rows == 0 else table.to_pandas()
+
+
+@cached()
+def traffic(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """Per window and protocol, the windows ending in ``[start, end]``: packets, bytes, and their
+    rates per second."""
+    df = read_range(data_dir, "traffic", start, end)
+    if df is None:
         return pd.DataFrame(columns=["window_start", "window_end", "proto", "protocol", "packets", "bytes"])
-    df = table.to_pandas()
     seconds = (df["window_end"] - df["window_start"]).dt.total_seconds()
     df["protocol"] = df["proto"].map(lambda p: PROTOCOLS.get(int(p), str(int(p))) if pd.notna(p) else "?")
     df["packets_per_s"] = df["packets"] / seconds

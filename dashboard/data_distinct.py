@@ -8,13 +8,11 @@ them for plotting; they compute no counts of their own.
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pandas as pd
 
 from dashboard import data
 from netmon.config import DistinctQuery
-from netmon.results import read_results, results_dir
 
 __all__ = ["COLUMNS", "describe", "distinct_counts", "in_range", "suspects", "top_series"]
 
@@ -22,13 +20,12 @@ COLUMNS = ["query", "window_end", "group", "distinct", "rank"]
 
 
 @data.cached()
-def distinct_counts(data_dir: str) -> pd.DataFrame:
-    """Every committed row, ordered by query, window end and rank."""
-    cfg = data.config().replace(paths={"data_dir": Path(data_dir)})
-    table = read_results(results_dir(cfg, "distinct"), columns=COLUMNS)
-    if table is None or table.num_rows == 0:
+def distinct_counts(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The committed rows of the windows ending in ``[start, end]`` (only the files that can hold
+    them are read: ``dashboard.bounded``), ordered by query, window end and rank."""
+    df = data.read_range(data_dir, "distinct", start, end, columns=COLUMNS)
+    if df is None:
         return pd.DataFrame(columns=COLUMNS)
-    df = table.to_pandas()
     df["group"] = df["group"].mask(df["group"] == "", "(all)")
     return df.sort_values(["query", "window_end", "rank"]).reset_index(drop=True)
 

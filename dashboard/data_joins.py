@@ -11,14 +11,14 @@ Loaders shape the rows for plotting; the summaries reuse :mod:`analytics.join_qu
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from analytics.join_queries import rtt_per_server
-from dashboard.data import cached, config
-from netmon.results import read_results, results_dir
+from dashboard.data import cached, read_range
 
 __all__ = [
     "EVAL_DIR",
@@ -49,16 +49,12 @@ _JOIN_COLUMNS = [
 ]
 
 
-def _results(data_dir: str, kind: str, columns: list[str] | None = None) -> pd.DataFrame | None:
-    cfg = config().replace(paths={"data_dir": Path(data_dir)})
-    table = read_results(results_dir(cfg, kind), columns=columns)
-    return None if table is None or table.num_rows == 0 else table.to_pandas()
-
-
 @cached()
-def join_results(data_dir: str) -> pd.DataFrame:
-    """Every committed join row (the columns the pages use), oldest result first."""
-    df = _results(data_dir, "joins", _JOIN_COLUMNS)
+def join_results(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The committed join rows whose left tuple's time (``left_ts``, the kind's time column) lies
+    in ``[start, end]`` (the columns the pages use; only the files whose Parquet statistics
+    overlap the range are read: ``dashboard.bounded``), oldest result first."""
+    df = read_range(data_dir, "joins", start, end, _JOIN_COLUMNS)
     if df is None:
         return pd.DataFrame({c: [] for c in _JOIN_COLUMNS})
     return df.sort_values(["query", "left_ts"], kind="stable").reset_index(drop=True)
@@ -113,9 +109,10 @@ def link_matches(results: pd.DataFrame) -> pd.DataFrame:
 
 
 @cached()
-def shedding_stats(data_dir: str) -> pd.DataFrame:
-    """The controller's per-batch rows, by query and batch, with ``unshed_estimate`` per batch."""
-    df = _results(data_dir, "shedding")
+def shedding_stats(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The controller's rows of the batches triggered in ``[start, end]`` (``batch_time``), by
+    query and batch, with ``unshed_estimate`` per batch."""
+    df = read_range(data_dir, "shedding", start, end)
     if df is None:
         return pd.DataFrame(
             {

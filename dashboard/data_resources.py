@@ -57,6 +57,8 @@ __all__ = [
     "knobs_over_time",
     "read_between",
     "read_recent",
+    "sys_between",
+    "sys_in",
     "sys_stats",
     "with_estimates",
 ]
@@ -300,6 +302,26 @@ def sys_stats(data_dir: str, seconds: float) -> pd.DataFrame:
     """The ``sys`` rows of the last ``seconds`` of batch time (:func:`read_recent`)."""
     cfg = data.config().replace(paths={"data_dir": Path(data_dir)})
     return read_recent(results_dir(cfg, "sys"), seconds)
+
+
+@data.cached()
+def sys_between(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The ``sys`` rows of batch time ``[start, end]`` (:func:`read_between`)."""
+    cfg = data.config().replace(paths={"data_dir": Path(data_dir)})
+    return read_between(results_dir(cfg, "sys"), start, end)
+
+
+def sys_in(
+    data_dir: str, seconds: float | None, start: dt.datetime | None, end: dt.datetime | None
+) -> pd.DataFrame:
+    """The ``sys`` rows of a page's time range (``dashboard.time_range.TimeRange``): the last
+    ``seconds`` of batch time up to the newest batch (:func:`sys_stats`), or ``[start, end]``
+    (:func:`sys_between`) when ``seconds`` is None."""
+    if seconds is not None:
+        return sys_stats(data_dir, seconds)
+    if start is None or end is None:
+        return _empty()
+    return sys_between(data_dir, start, end)
 
 
 def constants(cfg: Config) -> tuple[CostConstants, str]:

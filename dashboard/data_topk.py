@@ -6,12 +6,11 @@ key, count, total``; a report with no item above delta is one row with rank 0 an
 
 from __future__ import annotations
 
-from pathlib import Path
+import datetime as dt
 
 import pandas as pd
 
 from dashboard import data
-from netmon.results import read_results, results_dir
 
 __all__ = ["COLUMNS", "topk"]
 
@@ -19,12 +18,12 @@ COLUMNS = ["query", "window_end", "delta", "rank", "key", "count", "total", "sha
 
 
 @data.cached()
-def topk(data_dir: str) -> pd.DataFrame:
-    """Every committed report row, with ``share`` = count / the window's total, by query and time."""
-    cfg = data.config().replace(paths={"data_dir": Path(data_dir)})
-    table = read_results(results_dir(cfg, "topk"))
-    if table is None or table.num_rows == 0:
+def topk(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+    """The committed report rows of the windows ending in ``[start, end]`` (only the files that
+    can hold them are read: ``dashboard.bounded``), with ``share`` = count / the window's total,
+    by query and time."""
+    df = data.read_range(data_dir, "topk", start, end)
+    if df is None:
         return pd.DataFrame(columns=COLUMNS)
-    df = table.to_pandas()
     df["share"] = (df["count"] / df["total"].where(df["total"] > 0)).astype("float64")
     return df.sort_values(["query", "window_end", "rank"]).reset_index(drop=True)[COLUMNS]

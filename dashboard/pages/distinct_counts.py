@@ -11,31 +11,33 @@ import datetime as dt
 import plotly.express as px
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, time_range
 from dashboard import data_distinct as dd
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 st.title("Distinct counts")
 
-RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
-left, mid, right = st.columns([3, 1, 1])
-choice = left.segmented_control(
-    "Time range (event time, up to the newest window)", list(RANGES), default="all"
-)
-threshold = mid.number_input("Suspect threshold (distinct)", min_value=1, value=100, step=10)
+chosen = time_range.picker(data.newest(data_dir, "distinct"))
+left, right = st.columns(2)
+threshold = left.number_input("Suspect threshold (distinct)", min_value=1, value=100, step=10)
 lines = right.number_input("Groups per chart", min_value=1, max_value=20, value=5)
 
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
 def panel() -> None:
-    df = dd.distinct_counts(str(cfg.paths.data_dir))
-    if df.empty:
+    span = chosen.span(data.newest(data_dir, "distinct"))
+    if span is None:
         st.info(
             f"No distinct-count results yet in {cfg.paths.data_dir}/results/distinct — is the pipeline "
             "running with the `distinct` kind?"
         )
         return
-    df = dd.in_range(df, RANGES.get(choice or "all"))
+    st.caption(f"Windows ending {time_range.describe(span)} (event time)")
+    df = dd.distinct_counts(data_dir, *span)
+    if df.empty:
+        st.info("No distinct-count window ends in this time range.")
+        return
     configured = {q.name: q for q in cfg.queries.distinct}
     names = [n for n in configured if n in set(df["query"])]
     names += sorted(set(df["query"]) - set(names))

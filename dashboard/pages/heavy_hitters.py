@@ -9,9 +9,10 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import data, data_topk
+from dashboard import data, data_topk, time_range
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 configured = {q.name: q for q in cfg.queries.topk}
 st.title("Heavy hitters")
 st.caption(
@@ -20,17 +21,14 @@ st.caption(
     "count never exceeds the true count; items near δ may be missed."
 )
 
-RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
-rows = data_topk.topk(str(cfg.paths.data_dir))
-names: list[str] = list(configured) + sorted(set(rows["query"]) - set(configured))
+chosen = time_range.picker(data.newest(data_dir, "topk"))
+span = chosen.span(data.newest(data_dir, "topk"))
+in_range = sorted(set(data_topk.topk(data_dir, *span)["query"])) if span else []
+names: list[str] = list(configured) + [n for n in in_range if n not in configured]
 if not names:
     st.info("No top-k queries configured ([[queries.topk]] in netmon.toml).")
     st.stop()
-left, right = st.columns([2, 3])
-query = left.selectbox("Query", names)
-choice = right.segmented_control(
-    "Time range (event time, up to the newest window)", list(RANGES), default="all"
-)
+query = st.selectbox("Query", names)
 
 
 def describe(name: str) -> tuple[str, str]:
@@ -49,14 +47,16 @@ def describe(name: str) -> tuple[str, str]:
 def panel() -> None:
     text, unit = describe(query)
     st.caption(f"**{query}**: {text}")
-    df = data_topk.topk(str(cfg.paths.data_dir))
+    span = chosen.span(data.newest(data_dir, "topk"))
+    if span is None:
+        st.info(f"No reports yet in {cfg.paths.data_dir}/results/topk — is the pipeline running?")
+        return
+    st.caption(f"Windows ending {time_range.describe(span)} (event time)")
+    df = data_topk.topk(data_dir, *span)
     df = df[df["query"] == query]
     if df.empty:
-        st.info(f"No reports for {query} yet in {cfg.paths.data_dir}/results/topk — is the pipeline running?")
+        st.info(f"No report of {query} in this time range.")
         return
-    seconds = RANGES.get(choice or "all")
-    if seconds:
-        df = df[df["window_end"] >= df["window_end"].max() - dt.timedelta(seconds=seconds)]
     current(df[df["window_end"] == df["window_end"].max()], unit)
     history(df, unit)
 

@@ -7,9 +7,10 @@ import datetime as dt
 import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_joins
+from dashboard import data, data_joins, time_range
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 st.title("Joins")
 st.caption(
     "Symmetric hash joins over time windows in the Spark pipeline (`joins` results). The handshake "
@@ -17,16 +18,22 @@ st.caption(
     "the handshake RTT; SYNs never answered within T count as half-open. A link query joins two "
     "filtered streams on a key within T both ways. Under load shedding these are a subset."
 )
+chosen = time_range.picker(data.newest(data_dir, "joins"))
 
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
 def panel() -> None:
-    results = data_joins.join_results(str(cfg.paths.data_dir))
-    if results.empty:
+    span = chosen.span(data.newest(data_dir, "joins"))
+    if span is None:
         st.info(
             f"No join results yet in {cfg.paths.data_dir}/results/joins — run the pipeline with the "
             "`joins` kind ([pipeline] kinds)."
         )
+        return
+    st.caption(f"Results whose left tuple (a handshake's SYN) is from {time_range.describe(span)}")
+    results = data_joins.join_results(data_dir, *span)
+    if results.empty:
+        st.info("No join result in this time range.")
         return
     rtts = data_joins.handshake_rtts(results)
     syns = data_joins.half_open(results)

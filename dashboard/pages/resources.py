@@ -8,9 +8,10 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_resources
+from dashboard import data, data_resources, time_range
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 st.title("Resources")
 st.caption(
     "Every micro-batch of each pipeline query publishes its own statistics (the `sys` kind, "
@@ -19,14 +20,9 @@ st.caption(
     "measured input rate (`netmon explain`) and the `[resources]` budgets."
 )
 
-ranges = list(data_resources.RANGES)
-left, right = st.columns([2, 3])
-choice = right.segmented_control(
-    "Time range (batch time, up to the newest batch)", ranges, default="last 15 min"
-)
-seconds = data_resources.RANGES[choice or "last 15 min"]
-names = sorted(data_resources.sys_stats(str(cfg.paths.data_dir), seconds)["query"].unique())
-query = left.selectbox("Query", names) if names else None
+chosen = time_range.picker(data.newest(data_dir, "sys"), "batch time")
+names = sorted(data_resources.sys_in(data_dir, chosen.seconds, chosen.start, chosen.end)["query"].unique())
+query = st.selectbox("Query", names) if names else None
 BUDGETS = data_resources.budgets(cfg)
 
 
@@ -42,12 +38,17 @@ def _line(df: pd.DataFrame, columns: list[str], title: str, unit: str) -> None:
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
 def panel() -> None:
-    df = data_resources.sys_stats(str(cfg.paths.data_dir), seconds)
-    if df.empty or query is None:
+    span = chosen.span(data.newest(data_dir, "sys"))
+    if span is None:
         st.info(
             f"No pipeline statistics yet in {cfg.paths.data_dir}/results/sys — run the pipeline with "
             "the `sys` kind (a default of `[pipeline] kinds`)."
         )
+        return
+    st.caption(f"Batches triggered {time_range.describe(span)}")
+    df = data_resources.sys_in(data_dir, chosen.seconds, chosen.start, chosen.end)
+    if df.empty or query is None:
+        st.info("No batch in this time range.")
         return
     consts, problem = data_resources.constants(cfg)
     if problem:
@@ -55,7 +56,7 @@ def panel() -> None:
     rows = data_resources.with_estimates(df, cfg, consts)
     rows = rows[rows["query"] == query]
     if rows.empty:
-        st.info(f"No batches of {query} in the last {seconds / 60:g} min.")
+        st.info(f"No batches of {query} in this time range.")
         return
     last = rows.iloc[-1]
     c1, c2, c3, c4, c5, c6 = st.columns(6)

@@ -7,9 +7,10 @@ import datetime as dt
 import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_joins
+from dashboard import data, data_joins, time_range
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 st.title("Load shedding")
 st.caption(
     "After every micro-batch the controller measures the join's rates, selectivity and costs "
@@ -19,20 +20,27 @@ st.caption(
     "most output for a given budget."
 )
 
-stats = data_joins.shedding_stats(str(cfg.paths.data_dir))
-names = sorted(stats["query"].unique()) if len(stats) else []
+chosen = time_range.picker(data.newest(data_dir, "shedding"), "batch time")
+span = chosen.span(data.newest(data_dir, "shedding"))
+stats = data_joins.shedding_stats(data_dir, *span) if span else None
+names = sorted(stats["query"].unique()) if stats is not None and len(stats) else []
 query = st.selectbox("Join query", names) if names else None
 
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
 def panel() -> None:
-    df = data_joins.shedding_stats(str(cfg.paths.data_dir))
-    df = df[df["query"] == query] if query else df.iloc[0:0]
-    if df.empty:
+    span = chosen.span(data.newest(data_dir, "shedding"))
+    if span is None:
         st.info(
             f"No shedding statistics yet in {cfg.paths.data_dir}/results/shedding — run the pipeline "
             "with the `joins` and `shedding` kinds."
         )
+        return
+    st.caption(f"Batches triggered {time_range.describe(span)}")
+    df = data_joins.shedding_stats(data_dir, *span)
+    df = df[df["query"] == query] if query else df.iloc[0:0]
+    if df.empty:
+        st.info("No shedding statistics in this time range.")
         return
     last = df.iloc[-1]
     budget = float(last["cpu_budget"])

@@ -1,4 +1,4 @@
-"""Traffic: packets/s and bytes/s per protocol over event time."""
+"""Traffic: packets/s and bytes/s per protocol over event time, in the selected time range."""
 
 from __future__ import annotations
 
@@ -7,24 +7,25 @@ import datetime as dt
 import plotly.express as px
 import streamlit as st
 
-from dashboard import data
+from dashboard import data, time_range
 
 cfg = data.config()
+data_dir = str(cfg.paths.data_dir)
 st.title("Traffic")
-
-RANGES = {"all": None, "last 1 min": 60, "last 5 min": 300, "last 15 min": 900, "last 1 h": 3600}
-choice = st.segmented_control("Time range (event time, up to the newest window)", list(RANGES), default="all")
+chosen = time_range.picker(data.newest(data_dir, "traffic"))
 
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
 def panel() -> None:
-    df = data.traffic(str(cfg.paths.data_dir))
-    if df.empty:
+    span = chosen.span(data.newest(data_dir, "traffic"))
+    if span is None:
         st.info(f"No traffic results yet in {cfg.paths.data_dir}/results/traffic — is the pipeline running?")
         return
-    seconds = RANGES.get(choice or "all")
-    if seconds:
-        df = df[df["window_start"] >= df["window_start"].max() - dt.timedelta(seconds=seconds)]
+    st.caption(f"Windows ending {time_range.describe(span)} (event time)")
+    df = data.traffic(data_dir, *span)
+    if df.empty:
+        st.info("No traffic window ends in this time range.")
+        return
     total = df.groupby("window_start", as_index=False)[["packets", "bytes"]].sum()
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Packets", f"{int(df['packets'].sum()):,}")

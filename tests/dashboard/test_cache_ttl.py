@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import streamlit as st
 
-from dashboard import data, data_alerts, data_distinct, data_joins, data_topk
+from dashboard import data, data_alerts, data_distinct, data_joins, data_resources, data_topk
 
 
 def _use_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refresh_s: float) -> None:
@@ -49,12 +50,14 @@ def test_ttl_comes_from_refresh_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_every_results_read_is_cached_with_the_configured_ttl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reads: list[Callable[[str], Any]] = [
+    #: the reads of a time range (every results read)
+    reads: list[Callable[[str, dt.datetime, dt.datetime], Any]] = [
         data.traffic,
         data_topk.topk,
         data_distinct.distinct_counts,
         data_joins.join_results,
         data_joins.shedding_stats,
+        data_resources.sys_between,
     ]
     outbox_reads: list[Callable[[str], Any]] = [
         data_alerts.alerts,
@@ -74,17 +77,25 @@ def test_every_results_read_is_cached_with_the_configured_ttl(
 
     def read_all() -> None:
         cfg = data.config()
+        end = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
         for read in reads:
-            read(str(cfg.paths.data_dir))  # no results yet: empty frames
-        for read in outbox_reads:
-            read(str(cfg.paths.state_dir))
+            read(str(cfg.paths.data_dir), end - dt.timedelta(minutes=15), end)  # no results yet: empty
+        data.newest(str(cfg.paths.data_dir), "traffic")  # where a relative range ends: None yet
+        data_resources.sys_stats(str(cfg.paths.data_dir), 900.0)
+        for read_outbox in outbox_reads:
+            read_outbox(str(cfg.paths.state_dir))
 
     _use_config(tmp_path, monkeypatch, refresh_s=5)
     read_all()
     _use_config(tmp_path, monkeypatch, refresh_s=7)  # reloaded: every read gets a cache with the new TTL
     passed.clear()
     read_all()
-    assert [name for name, _ in passed] == [f.__name__ for f in reads + outbox_reads]
+    assert [name for name, _ in passed] == [
+        *(f.__name__ for f in reads),
+        "newest",
+        "sys_stats",
+        *(f.__name__ for f in outbox_reads),
+    ]
     assert {kw["ttl"] for _, kw in passed} == {data.cache_ttl()} == {6.5}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ PAGE = REPO_ROOT / "dashboard" / "pages" / "heavy_hitters.py"
 
 
 @pytest.fixture
-def dashboard_env(spark, kafka_bootstrap, netmon_config, tmp_path_factory, tmp_path, monkeypatch) -> Config:
+def dashboard_env(
+    spark, kafka_bootstrap, netmon_config, tmp_path_factory, tmp_path, monkeypatch
+) -> Iterator[Config]:
     """The dashboard configured (``NETMON_CONFIG``) with the replayed run's data dir and queries."""
     from dashboard import data
 
@@ -62,7 +65,7 @@ def test_page_shows_each_query_current_report_and_history(dashboard_env) -> None
     at.selectbox[0].set_value("ports").run()
     assert not at.exception, at.exception
     _check_current_report(at, "ports")
-    at.segmented_control[0].set_value("last 1 min").run()
+    at.radio[0].set_value("last 5 min").run()  # the sidebar's time range
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 2
 

@@ -344,7 +344,7 @@ def test_page_shows_each_query_measured_beside_estimated(monkeypatch, generated,
     table = at.dataframe[0].value
     assert isinstance(table, pd.DataFrame) and len(table) == 50
     assert table["shed_fractions"].iloc[-1] == '{"handshake":[1.0,1.0]}'
-    # A longer range: more batches.
-    at.segmented_control[0].set_value("last 1 h").run()
+    # A longer range (the sidebar's picker, every page's): more batches.
+    at.radio[0].set_value("last 1 h").run()
     assert not at.exception, at.exception
     assert {m.label: m.value for m in at.metric}["Batches"] == f"{3600 // STEP_S + 1:,}"

@@ -1,0 +1,453 @@
+"""Reads of a result kind bounded to a time range: only the files whose rows can lie in it.
+
+``netmon.results.read_results`` reads every committed file of a kind; after a replayed day (8.5M
+top-k rows in 86,400 batches) a page that did so on every redraw took a minute. The dashboard's
+pages read a time range instead (``dashboard.time_range``), and the cost of a read follows the
+range, not the history. A kind's rows can be in three layouts (``docs/results.md``), each pruned
+its own way:
+
+- **per-batch commits** (``pipeline.batch_sink``: ``batch-<id>/`` files named by
+  ``_commits/<id>.json``; traffic, topk, distinct, shedding, sys). A commit names its files and
+  nothing else, so a batch's time range is its files' Parquet statistics (the row groups' min and
+  max of the time column, from the footer: no data is read). The batches of a sink are written in
+  time order: a batch kind writes a window once the kind's watermark, which never moves back,
+  has passed its end, so every row of batch ``n + 1`` is newer than every row of batch ``n``
+  (``pipeline.traffic``, ``pipeline.topk``, ``pipeline.distinct``); ``shedding`` and ``sys`` write
+  one row per batch at the batch's trigger time. So the batches' bounds rise with their ids, and
+  a binary search over the commit ids (footers of O(log n) batches) finds the first batch whose
+  newest row reaches the range's start; the batches from there on are read until the first whose
+  oldest row is past the range's end. Walking back from the newest batch would also be valid, but
+  would open every batch newer than the range: an absolute range a day back would cost a day of
+  footers. Batches without rows (no file, or no row with a time) are stepped over.
+- **compacted hours** (``pipeline.retention``: ``_compacted/<hour>.json`` manifests): only the
+  manifests of the hours the range overlaps are opened (``netmon.results.compactions_between``),
+  and a batch a manifest covers is read from its compacted file, never from its commit. As every
+  reader does, the commits are read first and the manifests second: a manifest is in place before
+  the commits and files it covers go, so a batch whose commit or file went meanwhile is covered
+  by a manifest read after it.
+- **Spark's file sink** (``_spark_metadata``; the joins): its log names the committed files,
+  with no order of event time between batches (a join writes a match when its second side
+  arrives, an unanswered SYN once the watermark passes its window). Each file is pruned by its
+  Parquet statistics; the footers read are cached by path, size and modification time (the
+  sink never rewrites a file), so a redraw opens only the files written since.
+
+Of the files kept, the row groups whose statistics overlap the range are read and filtered to it,
+so the rows returned are exactly those of ``read_results`` whose time lies in ``[start, end]``
+(rows without a time are in no range). :data:`TIME_COLUMNS` names the column each kind's range
+is in, :data:`COMPACTION_COLUMNS` the one compaction bounds its hours by (the first of
+``pipeline.publish.TIME_COLUMNS`` its rows have); they differ for ``shedding`` only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from netmon.results import (
+    COMMITS,
+    COMPACTED,
+    compactions,
+    compactions_between,
+    covered_by,
+    is_sink,
+    sink_files,
+)
+
+__all__ = ["COMPACTION_COLUMNS", "TIME_COLUMNS", "Footers", "newest", "read_range", "sinks"]
+
+#: Each kind's time column, the one its pages' ranges are in: event time, except ``shedding`` and
+#: ``sys``, whose rows are the pipeline's batches, at their trigger time (``batch_time``: the
+#: controller's ``event_time`` is the newest a join query read, missing for a query without input
+#: and not in batch order across queries).
+TIME_COLUMNS: dict[str, str] = {
+    "traffic": "window_end",
+    "topk": "window_end",
+    "distinct": "window_end",
+    "joins": "left_ts",
+    "shedding": "batch_time",
+    "sys": "batch_time",
+}
+#: The column compaction (``pipeline.retention``) groups each kind's hours by: the first of
+#: ``pipeline.publish.TIME_COLUMNS`` its rows have.
+COMPACTION_COLUMNS: dict[str, str] = {**TIME_COLUMNS, "shedding": "event_time"}
+
+#: times a sink is read again when a compacted file went between listing and reading
+_READ_ATTEMPTS = 5
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_US = dt.timedelta(microseconds=1)
+
+#: (oldest, newest) time of a file's or batch's rows, microseconds since the epoch
+Bounds = tuple[int, int]
+
+
+def _micros(t: dt.datetime) -> int:
+    """A time in microseconds since the epoch (naive: UTC)."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return (t - _EPOCH) // _US
+
+
+def _time(us: int) -> dt.datetime:
+    return _EPOCH + int(us) * _US
+
+
+def _merge(a: Bounds | None, b: Bounds | None) -> Bounds | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+def _overlaps(b: Bounds, start_us: int, end_us: int) -> bool:
+    return b[0] <= end_us and b[1] >= start_us
+
+
+def _column_index(meta: pq.FileMetaData, column: str) -> int | None:
+    """The index of ``column`` among a file's leaf columns (None: no rows, or no such column)."""
+    if not meta.num_row_groups:
+        return None
+    first = meta.row_group(0)
+    return next((j for j in range(meta.num_columns) if first.column(j).path_in_schema == column), None)
+
+
+def _group_bounds(parquet: pq.ParquetFile, g: int, index: int, column: str) -> Bounds | None:
+    """A row group's time bounds from its statistics (None: every time is null); without usable
+    statistics, from its times themselves (that column only)."""
+    group = parquet.metadata.row_group(g)
+    stats = group.column(index).statistics
+    if stats is not None and stats.has_min_max:
+        low, high = stats.min, stats.max
+        if isinstance(low, dt.datetime) and isinstance(high, dt.datetime):
+            return _micros(low), _micros(high)
+    elif stats is not None and stats.null_count == group.num_rows:
+        return None  # every row's time is null
+    extremes = pc.min_max(parquet.read_row_group(g, columns=[column]).column(0)).as_py()
+    if extremes["min"] is None:
+        return None
+    return _micros(extremes["min"]), _micros(extremes["max"])
+
+
+def _footer_bounds(path: Path, column: str) -> Bounds | None:
+    """The time bounds of a file's rows from its row groups' statistics (its footer only); None
+    when no row has a time."""
+    with pq.ParquetFile(path) as parquet:
+        index = _column_index(parquet.metadata, column)
+        if index is None:
+            return None
+        found: Bounds | None = None
+        for g in range(parquet.metadata.num_row_groups):
+            found = _merge(found, _group_bounds(parquet, g, index, column))
+        return found
+
+
+class Footers:
+    """Each file's time bounds (:func:`_footer_bounds`), cached by path, column, size and
+    modification time (a batch run again rewrites its file: new time, new bounds); at most
+    ``max_entries``, least recently used first out. Thread-safe: the sessions share it."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self._bounds: OrderedDict[tuple[str, str], tuple[tuple[int, int], Bounds | None]] = OrderedDict()
+        self._lock = threading.Lock()
+        #: footers read (not from the cache)
+        self.opened = 0
+
+    def bounds(self, path: Path, column: str) -> Bounds | None:
+        """The bounds of ``path``'s rows; raises ``FileNotFoundError`` when it is gone."""
+        st = os.stat(path)
+        key, version = (str(path), column), (st.st_size, st.st_mtime_ns)
+        with self._lock:
+            hit = self._bounds.get(key)
+            if hit is not None and hit[0] == version:
+                self._bounds.move_to_end(key)
+                return hit[1]
+        found = _footer_bounds(path, column)
+        with self._lock:
+            self.opened += 1
+            self._bounds[key] = (version, found)
+            while len(self._bounds) > self.max_entries:
+                self._bounds.popitem(last=False)
+        return found
+
+
+_FOOTERS = Footers()
+
+
+def sinks(directory: Path) -> list[Path]:
+    """A kind's sinks: the directory itself, or (a kind with a sink per query) its subdirectories."""
+    directory = Path(directory)
+    if _is_sink(directory):
+        return [directory]
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_dir() and _is_sink(p))
+
+
+def _is_sink(directory: Path) -> bool:
+    return is_sink(directory) or (directory / COMPACTED).is_dir()
+
+
+def _commit_ids(sink: Path) -> list[int]:
+    """The batch ids committed in ``sink``, ascending (names only: no file is opened)."""
+    try:
+        names = os.listdir(sink / COMMITS)
+    except OSError:
+        return []
+    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+
+@dataclass
+class _Batch:
+    """One committed batch: its files that still exist with their bounds, and the batch's."""
+
+    files: list[tuple[Path, Bounds]] = field(default_factory=list)
+    bounds: Bounds | None = None
+
+
+def _batch(sink: Path, batch_id: int, column: str, footers: Footers) -> _Batch:
+    """A committed batch's files and bounds; no files when its commit or files went meanwhile
+    (compacted or expired: a manifest read afterwards covers it) or are being replaced."""
+    out = _Batch()
+    try:
+        names = json.loads((sink / COMMITS / f"{batch_id}.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return out
+    for name in names:
+        path = sink / str(name)
+        try:
+            bounds = footers.bounds(path, column)
+        except (OSError, pa.ArrowException):
+            continue  # gone (a manifest read after covers it) or being replaced
+        if bounds is not None:
+            out.files.append((path, bounds))
+            out.bounds = _merge(out.bounds, bounds)
+    return out
+
+
+def _in_batches(
+    sink: Path, column: str, start_us: int, end_us: int, footers: Footers
+) -> dict[int, list[Path]]:
+    """The files of the committed batches whose rows may lie in ``[start_us, end_us]``, by batch.
+
+    The batches' bounds rise with their ids (the module's docstring): a binary search finds the
+    first batch whose newest row is at ``start_us`` or later, then the batches are taken in
+    order up to the first whose oldest row is after ``end_us``.
+    """
+    ids = _commit_ids(sink)
+    probed: dict[int, _Batch] = {}
+
+    def probe(i: int) -> _Batch:
+        if i not in probed:
+            probed[i] = _batch(sink, ids[i], column, footers)
+        return probed[i]
+
+    lo, hi, first = 0, len(ids), len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        j = mid
+        while j < hi and probe(j).bounds is None:
+            j += 1  # batches without rows say nothing of time: the next one with rows
+        bounds = probe(j).bounds if j < hi else None
+        if bounds is None:
+            hi = mid
+        elif bounds[1] >= start_us:
+            first, hi = j, mid
+        else:
+            lo = j + 1
+    found: dict[int, list[Path]] = {}
+    for i in range(first, len(ids)):
+        batch = probe(i)
+        if batch.bounds is None:
+            continue
+        if batch.bounds[0] > end_us:
+            break  # this batch and every later one are newer than the range
+        files = [path for path, bounds in batch.files if _overlaps(bounds, start_us, end_us)]
+        if files:
+            found[ids[i]] = files
+    return found
+
+
+def _read(
+    path: Path, column: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None
+) -> pa.Table:
+    """The rows of one file whose ``column`` lies in ``[start, end]``: its row groups whose
+    statistics overlap the range, filtered in memory (a dataset read with a row filter costs
+    several times more per small file)."""
+    start_us, end_us = _micros(start), _micros(end)
+    with pq.ParquetFile(path) as parquet:
+        index = _column_index(parquet.metadata, column)
+        wanted = None if columns is None else list(dict.fromkeys([*columns, column]))
+        groups = []
+        if index is not None:
+            for g in range(parquet.metadata.num_row_groups):
+                bounds = _group_bounds(parquet, g, index, column)
+                if bounds is not None and _overlaps(bounds, start_us, end_us):
+                    groups.append(g)
+        if groups:
+            table = parquet.read_row_groups(groups, columns=wanted)
+        else:
+            schema = parquet.schema_arrow
+            table = (
+                schema.empty_table()
+                if wanted is None
+                else pa.schema([schema.field(c) for c in wanted]).empty_table()
+            )
+    if table.num_rows:
+        times = table.column(column)
+        low, high = pa.scalar(start, type=times.type), pa.scalar(end, type=times.type)
+        table = table.filter(pc.and_(pc.greater_equal(times, low), pc.less_equal(times, high)))
+    return table if columns is None else table.select(columns)
+
+
+def _sink_tables(
+    sink: Path,
+    column: str,
+    compacted_by: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    columns: list[str] | None,
+    footers: Footers,
+) -> list[pa.Table]:
+    start_us, end_us = _micros(start), _micros(end)
+    attempts = _READ_ATTEMPTS
+    while True:
+        # The commits first, the manifests second (netmon.results): a batch compacted meanwhile is
+        # covered by a manifest read below.
+        batches = _in_batches(sink, column, start_us, end_us, footers)
+        read: dict[int, list[pa.Table]] = {}
+        for batch_id, files in batches.items():
+            for path in files:
+                try:
+                    read.setdefault(batch_id, []).append(_read(path, column, start, end, columns))
+                except FileNotFoundError:
+                    continue  # compacted or expired meanwhile: covered by a manifest read below
+        if compacted_by == column:
+            # The manifests of the hours the range overlaps (named by hour, bounded by min/max).
+            manifests = list(compactions_between(sink, start_us, end_us).values())
+        else:
+            # Hours of another column: every manifest, its files pruned by their statistics.
+            manifests = list(compactions(sink).values())
+        covered = covered_by(manifests)
+        tables = [t for batch_id, ts in read.items() if not covered(batch_id) for t in ts]
+        try:
+            for manifest in manifests:
+                for name in manifest["files"]:
+                    path = sink / name
+                    if compacted_by != column:
+                        bounds = footers.bounds(path, column)
+                        if bounds is None or not _overlaps(bounds, start_us, end_us):
+                            continue
+                    tables.append(_read(path, column, start, end, columns))
+        except FileNotFoundError:
+            # The hour was compacted again (a new file, the old one gone) or expired: list again.
+            attempts -= 1
+            if not attempts:
+                raise
+            continue
+        break
+    # Spark's file sink (the joins; a directory an older netmon wrote): its files by statistics.
+    for path in sink_files(sink):
+        try:
+            bounds = footers.bounds(path, column)
+            if bounds is not None and _overlaps(bounds, start_us, end_us):
+                tables.append(_read(path, column, start, end, columns))
+        except FileNotFoundError:
+            continue  # expired meanwhile (retention leaves Spark's log as it is)
+    return tables
+
+
+def read_range(
+    directory: Path,
+    column: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    columns: list[str] | None = None,
+    *,
+    compacted_by: str | None = None,
+    footers: Footers | None = None,
+) -> pa.Table | None:
+    """The committed rows of a result directory whose ``column`` lies in ``[start, end]``
+    (tz-aware), read from the files that can hold them only; None when no file can.
+
+    The rows are exactly those of ``netmon.results.read_results(directory, columns)`` whose time
+    is in the range (the files' order: no sorting). ``columns`` need not include ``column``.
+    ``compacted_by``: the column compaction groups the kind's hours by (:data:`COMPACTION_COLUMNS`;
+    default ``column``); when it is another one, every manifest is read and its files pruned by
+    their statistics.
+    """
+    footers = _FOOTERS if footers is None else footers
+    by = column if compacted_by is None else compacted_by
+    tables = [
+        t
+        for sink in sinks(Path(directory))
+        for t in _sink_tables(sink, column, by, start, end, columns, footers)
+    ]
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _newest_manifest_us(sink: Path) -> int | None:
+    """The newest row of a sink's compacted hours: the newest manifest's ``max_us``."""
+    try:
+        names = sorted((n for n in os.listdir(sink / COMPACTED) if n.endswith(".json")), reverse=True)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            high = json.loads((sink / COMPACTED / name).read_text()).get("max_us")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if high is not None:
+            return int(high)
+    return None
+
+
+def newest(
+    directory: Path, column: str, *, compacted_by: str | None = None, footers: Footers | None = None
+) -> dt.datetime | None:
+    """The newest ``column`` of a result directory's committed rows (None: no row has one).
+
+    Per sink: its newest batch with rows (walking back from the newest commit: the batches'
+    times rise with their ids, and retention never compacts a sink's newest batches); without
+    one, its compacted hours (the newest manifest's ``max_us``, or for hours of another column,
+    ``compacted_by``, their files' statistics); and for Spark's file sink every logged file's
+    statistics (cached: a redraw opens the new files' footers only).
+    """
+    footers = _FOOTERS if footers is None else footers
+    by = column if compacted_by is None else compacted_by
+    found: int | None = None
+    for sink in sinks(Path(directory)):
+        candidates: list[int | None] = []
+        for batch_id in reversed(_commit_ids(sink)):
+            bounds = _batch(sink, batch_id, column, footers).bounds
+            if bounds is not None:
+                candidates.append(bounds[1])
+                break
+        if not candidates and by == column:
+            candidates.append(_newest_manifest_us(sink))
+        elif not candidates:
+            for manifest in compactions(sink).values():
+                for name in manifest["files"]:
+                    candidates.append(_newest_in(sink / name, column, footers))
+        candidates += [_newest_in(path, column, footers) for path in sink_files(sink)]
+        for us in candidates:
+            if us is not None and (found is None or us > found):
+                found = us
+    return None if found is None else _time(found)
+
+
+def _newest_in(path: Path, column: str, footers: Footers) -> int | None:
+    try:
+        bounds = footers.bounds(path, column)
+    except FileNotFoundError:
+        return None
+    return None if bounds is None else bounds[1]
