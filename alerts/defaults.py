@@ -26,16 +26,17 @@ A configured ``[[alerts.rules]]`` with the same name replaces a built-in one;
 :data:`DETECTION_RULES` are the rules of issue 20 ("alerts an operator can trust"): they read the
 ``features`` rows (:mod:`analytics.alert_features`: failed connection attempts per source,
 half-open SYNs and fan-in per destination, per ``[alerts] features_window_s`` window), so they
-do not depend on the link's rate. ``netmon analyze alerts`` and ``netmon eval alerts`` run them
-today; the streaming service will run them in place of the first four rules above once the
-pipeline publishes ``netmon.features`` (docs/alerts.md, "Detection").
+do not depend on the link's rate. ``netmon analyze alerts`` and ``netmon eval alerts`` run them;
+the streaming service runs them in place of the four rules of the same names above when the
+pipeline publishes ``netmon.features`` (``[pipeline] kinds`` has ``features``:
+:func:`service_builtin`; docs/alerts.md, "Streaming").
 """
 
 from __future__ import annotations
 
-from netmon.config import AlertRule, AlertsConfig
+from netmon.config import AlertRule, AlertsConfig, Config
 
-__all__ = ["DEFAULT_RULES", "DETECTION_RULES", "effective_rules"]
+__all__ = ["DEFAULT_RULES", "DETECTION_RULES", "effective_rules", "service_builtin"]
 
 DEFAULT_RULES: tuple[AlertRule, ...] = (
     AlertRule(
@@ -282,12 +283,27 @@ DETECTION_RULES: tuple[AlertRule, ...] = (
 )
 
 
+def service_builtin(cfg: Config) -> tuple[AlertRule, ...]:
+    """The built-in rules of the streaming service (``netmon alerts run``) for ``cfg``.
+
+    When the pipeline publishes the ``features`` kind (``[pipeline] kinds`` has it and
+    ``publish_results`` is on), :data:`DETECTION_RULES` take the place of the
+    :data:`DEFAULT_RULES` of the same names (``ddos``, ``port-scan``, ``syn-flood``,
+    ``heavy-hitter``) and the other default rules (the pipeline's own, the link rate) stay;
+    otherwise :data:`DEFAULT_RULES`.
+    """
+    if not (cfg.pipeline.publish_results and "features" in cfg.pipeline.kinds):
+        return DEFAULT_RULES
+    replaced = {r.name for r in DETECTION_RULES}
+    return DETECTION_RULES + tuple(r for r in DEFAULT_RULES if r.name not in replaced)
+
+
 def effective_rules(
     cfg: AlertsConfig, builtin: tuple[AlertRule, ...] = DEFAULT_RULES
 ) -> tuple[AlertRule, ...]:
     """The built-in rules (unless disabled), each replaced by a configured rule of the same name,
-    then the other configured rules. ``builtin``: :data:`DEFAULT_RULES` (the streaming service's
-    today) or :data:`DETECTION_RULES` (``netmon analyze alerts``)."""
+    then the other configured rules. ``builtin``: :data:`DEFAULT_RULES`, the streaming service's
+    (:func:`service_builtin`), or :data:`DETECTION_RULES` (``netmon analyze alerts``)."""
     configured = {r.name: r for r in cfg.rules}
     builtin = tuple(configured.pop(r.name, r) for r in builtin) if cfg.builtin_rules else ()
     return builtin + tuple(r for r in cfg.rules if r.name in configured)

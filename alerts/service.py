@@ -46,7 +46,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener
 
-from alerts.defaults import effective_rules
+from alerts.defaults import effective_rules, service_builtin
 from alerts.delivery import Deliverer, check_targets, routes
 from alerts.outbox import Outbox, outbox_path
 from alerts.rules import Notification, RowError, RuleEngine
@@ -86,7 +86,9 @@ class AlertService:
     alerts
         The ``[alerts]`` section (``netmon.config.alerts_config(cfg)``).
     rules
-        The rules to evaluate (default: :func:`alerts.defaults.effective_rules`).
+        The rules to evaluate (default: :func:`alerts.defaults.effective_rules` of the service's
+        built-in rules, :func:`alerts.defaults.service_builtin`: the detection rules when the
+        pipeline publishes the ``features`` kind).
     """
 
     def __init__(
@@ -94,7 +96,7 @@ class AlertService:
     ) -> None:
         self.cfg = cfg
         self.alerts = alerts
-        self.rules = tuple(effective_rules(alerts) if rules is None else rules)
+        self.rules = tuple(effective_rules(alerts, service_builtin(cfg)) if rules is None else rules)
         self.path = outbox_path(cfg.paths.state_dir)
         self.deliverer = Deliverer(self.path, alerts)
         self.totals = BatchResult()

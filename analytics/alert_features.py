@@ -27,11 +27,17 @@ Only the rows that can matter are kept: per window and family, the ``top`` subje
 column a rule reads (``failed``, ``packets`` for sources; ``sources``, ``packets``,
 ``half_open`` for destinations), so a spoofed flood's 100 000 one-packet sources do not become
 100 000 rows. Everything is exact (pandas group-bys, no sketches).
+
+The rows need only two inputs, which a streaming job can gather window by window
+(``pipeline.features``): the packets per (window, destination, source) pair
+(:func:`pair_counts`) and the *control* records, those :func:`control_mask` keeps (TCP SYNs,
+SYN-ACKs and RSTs, ICMP unreachables). :func:`features_of` turns them into the rows;
+:func:`feature_rows` is it over a whole capture.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +45,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["FEATURE_COLUMNS", "feature_rows", "records_frame"]
+__all__ = [
+    "CONTROL_COLUMNS",
+    "FEATURE_COLUMNS",
+    "control_mask",
+    "control_records",
+    "feature_rows",
+    "features_of",
+    "pair_counts",
+    "records_frame",
+]
 
 #: the record columns :func:`feature_rows` reads
 FEATURE_COLUMNS = ("ts", "src_ip", "dst_ip", "proto", "src_port", "dst_port", "tcp_flags", "icmp_type")
@@ -48,6 +63,8 @@ _SYN, _RST, _ACK = 0x02, 0x04, 0x10
 #: ICMP destination unreachable (IPv4 type 3, IPv6 type 1)
 _UNREACHABLE = ((1, 3), (58, 1))
 _SRC_RANK = ("failed", "packets")
+#: the columns of :func:`records_frame` (times ``t`` in ns, nulls as -1) a control record keeps
+CONTROL_COLUMNS = ("t", "src", "dst", "proto", "sport", "dport", "flags", "icmp")
 _DST_RANK = ("sources", "packets", "half_open")
 
 
@@ -76,13 +93,44 @@ def records_frame(batches: Iterable[pa.RecordBatch | pa.Table]) -> pd.DataFrame:
     return frame
 
 
+def control_mask(proto: np.ndarray, flags: np.ndarray, icmp: np.ndarray) -> np.ndarray:
+    """The records a SYN's fate or a failure is read from: TCP SYNs, SYN-ACKs and RSTs, ICMP
+    unreachables. Integer arrays with -1 for null, as :func:`records_frame` has them.
+
+    >>> control_mask(np.array([6, 6, 6, 17, 1]), np.array([0x02, 0x10, 0x14, -1, -1]),
+    ...              np.array([-1, -1, -1, -1, 3])).tolist()
+    [True, False, True, False, True]
+    """
+    tcp = proto == 6
+    handshake = flags & (_SYN | _ACK)
+    keep = tcp & ((handshake == _SYN) | (handshake == (_SYN | _ACK)) | ((flags & _RST) != 0))
+    for family, kind in _UNREACHABLE:
+        keep |= (proto == family) & (icmp == kind)
+    return np.asarray(keep, bool)
+
+
+def control_records(records: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """:func:`control_mask` over record columns (``proto``, ``tcp_flags``, ``icmp_type``)."""
+
+    def column(name: str) -> np.ndarray:
+        values = records.column(name).fill_null(-1).cast(pa.int64())
+        return np.asarray(values.to_numpy(), np.int64)
+
+    return control_mask(column("proto"), column("tcp_flags"), column("icmp_type"))
+
+
+def pair_counts(f: pd.DataFrame) -> pd.DataFrame:
+    """Packets per (window ``w``, ``dst``, ``src``) of a frame with its window column ``w``."""
+    return f.groupby(["w", "dst", "src"], sort=False).size().rename("packets").reset_index()
+
+
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S") + (
         f".{ns % 10**9 // 10**6:03d}Z" if ns % 10**9 else "Z"
     )
 
 
-def _syn_fates(f: pd.DataFrame, timeout_ns: int) -> pd.DataFrame:
+def _syn_fates(f: pd.DataFrame, timeout_ns: int, last: int | None) -> pd.DataFrame:
     """One row per SYN with a known fate: t, w, src, dst, dport, answered, refused."""
     tcp = f[f.proto == 6]
     flags = tcp["flags"]
@@ -109,9 +157,12 @@ def _syn_fates(f: pd.DataFrame, timeout_ns: int) -> pd.DataFrame:
     refused[pairs.i[~pairs.synack].to_numpy()] = True
     syn["answered"] = answered
     syn["refused"] = refused & ~answered
-    last = int(f.t.max()) if len(f) else 0
     # no answer yet and still inside the timeout at the end: fate unknown
-    known = answered | refused | (syn.t.to_numpy() + timeout_ns <= last)
+    known = answered | refused
+    if last is None:
+        known[:] = True
+    else:
+        known |= syn.t.to_numpy() + timeout_ns <= last
     return syn[known]
 
 
@@ -160,17 +211,58 @@ def feature_rows(
         return []
     w_ns = round(window_s * 1e9)
     f = f.assign(w=f.t // w_ns)
+    control = f[control_mask(f["proto"].to_numpy(), f["flags"].to_numpy(), f["icmp"].to_numpy())]
+    return features_of(
+        pair_counts(f),
+        control[list(CONTROL_COLUMNS)],
+        window_ns=w_ns,
+        timeout_ns=round(timeout_s * 1e9),
+        top=top,
+        last=int(f.t.max()),
+    )
+
+
+def features_of(
+    pairs: pd.DataFrame,
+    control: pd.DataFrame,
+    *,
+    window_ns: int,
+    timeout_ns: int,
+    top: int = 100,
+    last: int | None,
+    before: int | None = None,
+    time: Callable[[int], Any] = _iso,
+) -> list[dict[str, Any]]:
+    """The ``features`` rows of windows from their inputs, sorted by window end, query, subject.
+
+    ``pairs``: ``w, dst, src, packets`` (:func:`pair_counts`), every packet of each window
+    counted once; ``control``: the control records (:data:`CONTROL_COLUMNS`, :func:`control_mask`),
+    those of the windows and those that may answer their SYNs (up to ``timeout_ns`` after the
+    last window's end). ``last``: the newest record's time, ns (a SYN whose timeout runs past it
+    has no known fate); None: every fate is known. ``before``: rows of windows before this index
+    only. ``time``: a window bound (ns) as written in ``window_start`` and ``window_end``
+    (ISO-8601 text).
+    """
+    w_ns = window_ns
+    if before is not None:
+        pairs = pairs[pairs.w < before]
+    if pairs.empty:
+        return []
+    control = control.assign(w=control.t // w_ns)
 
     # --- per source ---------------------------------------------------------------------------
-    packets = f.groupby(["w", "src"]).size().rename("packets")
-    total = f.groupby("w").size().rename("total")
-    fates = _syn_fates(f, round(timeout_s * 1e9))
+    packets = pairs.groupby(["w", "src"]).packets.sum().rename("packets")
+    total = pairs.groupby("w").packets.sum().rename("total")
+    fates = _syn_fates(control, timeout_ns, last)
+    is_unreach = np.zeros(len(control), bool)
+    for proto, kind in _UNREACHABLE:
+        is_unreach |= ((control.proto == proto) & (control.icmp == kind)).to_numpy()
+    unreach = control[is_unreach]
+    if before is not None:
+        fates = fates[fates.w < before]
+        unreach = unreach[unreach.w < before]
     attempts = fates[["w", "src", "dst", "dport"]].drop_duplicates()
     failed = fates[~fates.answered][["w", "src", "dst", "dport"]]
-    is_unreach = np.zeros(len(f), bool)
-    for proto, kind in _UNREACHABLE:
-        is_unreach |= ((f.proto == proto) & (f.icmp == kind)).to_numpy()
-    unreach = f[is_unreach]
     # an ICMP unreachable tells its recipient (the prober) that the host it came from failed it;
     # the port probed is inside the quoted header, which records do not carry: port -1
     unreach_targets = pd.DataFrame(
@@ -205,8 +297,8 @@ def feature_rows(
     half = fates[~fates.answered & ~fates.refused]
     dst = pd.concat(
         [
-            f.groupby(["w", "dst"]).size().rename("packets"),
-            f.groupby(["w", "dst"]).src.nunique().rename("sources"),
+            pairs.groupby(["w", "dst"]).packets.sum().rename("packets"),
+            pairs.groupby(["w", "dst"]).size().rename("sources"),
             fates.groupby(["w", "dst"]).size().rename("syn"),
             half.groupby(["w", "dst"]).size().rename("half_open"),
             half.groupby(["w", "dst"]).src.nunique().rename("half_open_sources"),
@@ -223,8 +315,8 @@ def feature_rows(
             w = int(rec.pop("w"))
             row: dict[str, Any] = {
                 "query": query,
-                "window_start": _iso(w * w_ns),
-                "window_end": _iso((w + 1) * w_ns),
+                "window_start": time(w * w_ns),
+                "window_end": time((w + 1) * w_ns),
             }
             for key, value in rec.items():
                 if isinstance(value, float) and value != value:  # NaN: no failed attempt

@@ -2,7 +2,8 @@
 
 ``session`` builds the one SparkSession; ``source`` reads and decodes Kafka; ``job`` starts one
 shared query that reads Kafka once and hands each micro-batch to the batch kinds — ``traffic``
-and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass) and ``distinct`` —
+and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass), ``distinct`` and
+``features`` (the alert rules' detection rows) —
 plus the joins' own streaming query (``joins`` with ``join_state``; the live
 ``shedding_controller`` runs in its progress listener and commits the ``shedding`` rows), and
 follows their progress; ``sys_stats`` commits every query's per-batch statistics (the ``sys``
@@ -21,6 +22,7 @@ __all__ = [
     "batch_sink",
     "batch_state",
     "distinct",
+    "features",
     "job",
     "join_state",
     "joins",

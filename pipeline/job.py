@@ -53,7 +53,7 @@ from pyspark.sql.streaming import StreamingQuery
 from netmon import pidlock
 from netmon.config import RESULT_KINDS, Config
 from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_dir, status_file
-from pipeline import distinct, joins, sys_stats, topk, traffic
+from pipeline import distinct, features, joins, sys_stats, topk, traffic
 from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
@@ -162,6 +162,8 @@ _QUERY_KINDS = (
     ResultKind(
         "distinct", batch=distinct.build_distinct_batch, configured=lambda cfg: bool(cfg.queries.distinct)
     ),
+    # The alert rules' detection rows (docs/alerts.md, "Streaming"); settings from [alerts].
+    ResultKind("features", batch=features.build_features_batch),
     ResultKind("joins", stream=joins.build_join_outputs, configured=lambda cfg: bool(cfg.queries.join)),
 )
 

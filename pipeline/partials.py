@@ -27,11 +27,18 @@ older sub-windows are late). Partial rows are ``query, sw, key, records, weight,
   holds the watermark back instead of having its records dropped as late;
 - ``TOTALS_QUERY``: per ``key`` in ``packets, control, malformed, future`` the lines of that
   class in ``records``.
+
+A :class:`RowsSpec` names a query that needs some records themselves, not counts (the
+``features`` kind: the TCP control packets and ICMP unreachables, ``pipeline.features``): per
+Arrow batch of a task, one partial row whose ``sketch`` is an Arrow IPC stream of the kept
+records (``ts`` in microseconds, then the spec's fields), ``records`` their number and ``sw`` the
+newest event time (µs) of the records that have the spec's required fields. Having a sketch, the
+row passes :func:`merge_partials` unmerged; :func:`rows_of` reads a query's rows back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +61,7 @@ __all__ = [
     "TOTALS_QUERY",
     "CountSpec",
     "DistinctSpec",
+    "RowsSpec",
     "Spec",
     "decode_messages",
     "NEWEST_QUERY",
@@ -62,6 +70,7 @@ __all__ = [
     "partial_counts",
     "partials_of",
     "raw_partials",
+    "rows_of",
     "totals_of",
 ]
 
@@ -134,7 +143,26 @@ class DistinctSpec:
     lo: int
 
 
-Spec = CountSpec | DistinctSpec
+@dataclass(frozen=True)
+class RowsSpec:
+    """One query of stage 1 that carries records, not counts: those ``select`` keeps.
+
+    Per Arrow batch with a record that has every ``required`` field, one partial row: ``sketch``
+    an Arrow IPC stream of the kept records' ``ts`` (int64 µs) and ``fields``, ``records`` their
+    number, ``sw`` the newest event time (µs) of the records with the required fields (kept or
+    not). ``select`` (a module-level function, pickled by reference to the tasks) gets the
+    records with the required fields and returns a boolean mask; None keeps them all.
+    """
+
+    name: str
+    #: the record columns carried, after ``ts``
+    fields: tuple[str, ...]
+    #: records missing one of these are skipped (and do not count for ``sw``)
+    required: tuple[str, ...] = ()
+    select: Callable[[pa.RecordBatch | pa.Table], np.ndarray] | None = None
+
+
+Spec = CountSpec | DistinctSpec | RowsSpec
 
 
 def _table(columns: dict[str, pa.Array | list]) -> pa.Table:
@@ -252,6 +280,42 @@ def _united_sketches(sizes: np.ndarray, values: np.ndarray, lg_k: int) -> pa.Arr
     return pa.array(out, pa.binary())
 
 
+def _rows(batch: pa.RecordBatch, ts_us: np.ndarray, spec: RowsSpec) -> pa.Table:
+    """The records ``spec`` keeps, as an Arrow IPC stream in one partial row (none without any)."""
+    valid = np.ones(batch.num_rows, bool)
+    for name in spec.required:
+        valid &= np.asarray(pc.is_valid(batch.column(name)).to_numpy(zero_copy_only=False), bool)
+    if not valid.any():
+        return _ARROW_SCHEMA.empty_table()
+    present = batch.filter(pa.array(valid)) if not valid.all() else batch
+    keep = spec.select(present) if spec.select is not None else np.ones(present.num_rows, bool)
+    kept = present.filter(pa.array(keep))
+    table = pa.table(
+        {"ts": pa.array(ts_us[valid][keep], pa.int64()), **{f: kept.column(f) for f in spec.fields}}
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return _table(
+        {
+            "query": [spec.name],
+            "sw": [int(ts_us[valid].max())],
+            "records": [table.num_rows],
+            "weight": [0],
+            "sketch": pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+        }
+    )
+
+
+def rows_of(partials: pa.Table, name: str) -> tuple[pa.Table | None, int | None]:
+    """The records a :class:`RowsSpec` named ``name`` carried in ``partials`` (None: no row), and
+    the newest event time (µs) of the records with its required fields (None: none)."""
+    mine = partials.filter(pc.equal(partials["query"], name))
+    tables = [pa.ipc.open_stream(blob).read_all() for blob in mine["sketch"].to_pylist() if blob is not None]
+    newest = pc.max(mine["sw"]).as_py() if mine.num_rows else None
+    return (pa.concat_tables(tables) if tables else None), newest
+
+
 def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.Table:
     """Stage 1 of ``specs`` over one Arrow batch of decoded rows (``ts``, ``is_control``, fields)."""
     ts = pc.cast(batch.column("ts"), pa.int64())
@@ -265,6 +329,9 @@ def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.T
     if rows.num_rows:
         ts_us = np.asarray(pc.cast(rows.column("ts"), pa.int64()).to_numpy(zero_copy_only=False), np.int64)
         for spec in specs:
+            if isinstance(spec, RowsSpec):
+                parts.append(_rows(rows, ts_us, spec))
+                continue
             parts.append(
                 _counts(rows, ts_us, spec) if isinstance(spec, CountSpec) else _sketches(rows, ts_us, spec)
             )
@@ -277,8 +344,16 @@ def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.T
     return pa.concat_tables(parts) if parts else _ARROW_SCHEMA.empty_table()
 
 
+def _fields(spec: Spec) -> tuple[str, ...]:
+    if isinstance(spec, CountSpec):
+        return spec.fields
+    if isinstance(spec, DistinctSpec):
+        return (*spec.group, *spec.item)
+    return (*spec.fields, *spec.required)
+
+
 def _columns(specs: Sequence[Spec]) -> list[str]:
-    fields = {f for s in specs for f in (s.fields if isinstance(s, CountSpec) else (*s.group, *s.item))}
+    fields = {f for s in specs for f in _fields(s)}
     weights = {"wire_len"} if any(isinstance(s, CountSpec) and s.weight == "bytes" for s in specs) else set()
     return sorted({"ts", "is_control", *weights, *fields})
 

@@ -38,8 +38,8 @@ __all__ = [
 
 #: the result kinds a rule can read (topics ``<prefix><kind>``). ``features`` are the per-window
 #: detection rows of :mod:`analytics.alert_features` (``netmon analyze alerts`` computes them
-#: offline; the pipeline does not publish them yet, see docs/alerts.md)
-KINDS = (*RESULT_KINDS, "features")
+#: offline; the pipeline publishes them when ``[pipeline] kinds`` has ``features``, see docs/alerts.md)
+KINDS = (*(kind for kind in RESULT_KINDS if kind != "features"), "features")
 #: how a rule decides: a fixed ``threshold``, or a band learned per subject (``baseline``)
 MODES = ("threshold", "baseline")
 #: comparison operators of a condition

@@ -42,8 +42,9 @@ __all__ = [
 
 #: The result kinds the pipeline can run (``[pipeline] kinds``), each written to
 #: ``results/<kind>/`` and republished on ``<prefix><kind>``; alert rules read them too.
-#: ``sys`` is the pipeline's own statistics, a row per micro-batch of each query.
-RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding", "sys")
+#: ``sys`` is the pipeline's own statistics, a row per micro-batch of each query; ``features`` the
+#: detection rows of the alert rules (``pipeline.features``, not run by default).
+RESULT_KINDS: tuple[str, ...] = ("traffic", "topk", "distinct", "features", "joins", "shedding", "sys")
 #: Producer compression codecs Kafka clients share (``[ingest] compression``).
 COMPRESSIONS: tuple[str, ...] = ("lz4", "zstd", "gzip", "snappy", "none")
 #: Smallest unit of a window: Spark's timestamps are microseconds.

@@ -429,7 +429,7 @@ def test_the_sys_kind_follows_every_kind_that_runs_a_query() -> None:
     from pipeline.sys_stats import start_sys
 
     with_query = [k.name for k in KINDS.values() if k.listener is None]
-    assert KINDS["sys"].follows == tuple(with_query) == ("traffic", "topk", "distinct", "joins")
+    assert KINDS["sys"].follows == tuple(with_query) == ("traffic", "topk", "distinct", "features", "joins")
     assert KINDS["shedding"].follows == ("joins",)
     assert "sys" in RESULT_KINDS and "sys" in Config().pipeline.kinds  # run (and republished) by default
     with pytest.raises(ValueError, match="follows kinds"):
