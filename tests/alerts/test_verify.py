@@ -141,10 +141,14 @@ def test_docs_flapping_claim() -> None:
 
 
 def test_docs_config_examples_load(tmp_path: Path) -> None:
-    from netmon.config import load_alerts
+    from netmon.config import load_alerts, load_config
 
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
+    # "Streaming": turning the features kind on is a [pipeline] setting, not an alerts section.
+    pipeline_block = blocks.pop(3)
+    (tmp_path / "pipeline.toml").write_text(pipeline_block)
+    assert "features" in load_config(tmp_path / "pipeline.toml", env={}).pipeline.kinds
     for i, block in enumerate(blocks):
         path = tmp_path / f"example{i}.toml"
         path.write_text(block)
