@@ -92,9 +92,10 @@ def test_kill_9_mid_replay_reports_the_acknowledged_count_and_resume_completes_i
     proc = _replay(cap, topic, env, "--pps", "1000", "--timeout", "2", "--delivery-timeout", "3")
     try:
         wait_for_message_count(bootstrap, topic, 10)
-        # Freeze the replay so that every request the broker took is answered before it dies: then
-        # "acknowledged" is exactly what the log holds (a request in the broker's hands at the kill
-        # may be written yet never acknowledged; the race test below covers that case).
+        # Freeze the replay so that no new request reaches the broker while it dies. The answers to
+        # requests sent just before the freeze may still sit unread in the replay's socket when the
+        # broker's reset arrives (seen once in CI: 700 records held, 650 acknowledged), so the count
+        # is a lower bound off by at most what was in flight; --resume reads the topic, not the count.
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(1.5)
         kill_broker(own_broker)
@@ -105,7 +106,8 @@ def test_kill_9_mid_replay_reports_the_acknowledged_count_and_resume_completes_i
     assert 0 < acked < table.num_rows and summary["produced"] <= table.num_rows
 
     own_broker.start()
-    assert records_of(consume_all(bootstrap, topic)).num_rows == acked
+    held = records_of(consume_all(bootstrap, topic)).num_rows
+    assert acked <= held <= summary["produced"] and held < table.num_rows
 
     res = subprocess.run(
         [str(NETMON), "replay", str(cap), "--topic", topic, "--resume", run_id, "--json", "-q"],
@@ -116,8 +118,8 @@ def test_kill_9_mid_replay_reports_the_acknowledged_count_and_resume_completes_i
     )
     assert res.returncode == 0, res.stderr
     resumed = json.loads(res.stdout)
-    assert resumed["run_id"] == run_id and resumed["already_present"] == acked
-    assert resumed["produced"] == resumed["acknowledged"] == table.num_rows - acked
+    assert resumed["run_id"] == run_id and resumed["already_present"] == held
+    assert resumed["produced"] == resumed["acknowledged"] == table.num_rows - held
     _check_exactly_once(bootstrap, topic, table)
 
 
