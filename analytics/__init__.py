@@ -11,7 +11,8 @@ oracle; the docstrings cite the paper section they implement.
 - window joins with load shedding (Ayad et al.): ``join``, ``shedding``, the cost model ``join_cost``,
   ``join_queries`` and the evaluation ``join_eval``;
 - overload (seeds 000, 004): plans of selections and joins with drop boxes ``plan``, the per-query
-  cost model and its calibrated constants ``cost_model``, the ``netmon explain`` report ``explain``,
+  cost model and its calibrated constants ``cost_model``, drop boxes on records and the
+  Horvitz–Thompson counts and intervals they give ``sampling``, the ``netmon explain`` report ``explain``,
   the seeds' numbers reproduced (``netmon eval cost-model``) ``cost_eval``;
 - alert detection (issue 20): exact per-window detection features ``alert_features`` (failed
   connection attempts, fan-in, half-open ratio) and learned per-subject baselines ``alert_baseline``;
@@ -75,6 +76,7 @@ __all__ = [
     "join_queries",
     "keys",
     "plan",
+    "sampling",
     "shedding",
     "sketch_carry",
     "sketch_windows",

@@ -35,7 +35,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -497,6 +497,7 @@ def place_sampling(
     keep_min: float = 0.1,
     weights: Mapping[str, float] | None = None,
     iterations: int = 40,
+    eligible: Collection[str] | None = None,
 ) -> SamplingPlan:
     """Drop boxes before the top-k and distinct queries, placed by seed 000's fractional knapsack.
 
@@ -506,10 +507,16 @@ def place_sampling(
     ``x·cpu_q(1)``, which under-estimates a sampled query's cost (its distinct keys per sub-window
     are concave in x), so the budget is tightened by the overshoot and the knapsack solved again
     until the true estimates fit — a departure from the paper, whose costs are linear (tuple windows).
+    ``eligible``: the queries that may be sampled (default: every top-k and distinct query); the
+    others keep everything.
     """
     full = model.estimates(cfg, w)
-    sampled = [e for e in full if e.kind in ("topk", "distinct")]
-    fixed = sum(e.cpu for e in full if e.kind not in ("topk", "distinct"))
+
+    def may(e: Estimate) -> bool:
+        return e.kind in ("topk", "distinct") and (eligible is None or e.query in eligible)
+
+    sampled = [e for e in full if may(e)]
+    fixed = sum(e.cpu for e in full if not may(e))
     by_name: dict[str, TopKQuery | DistinctQuery] = {q.name: q for q in cfg.queries.topk}
     by_name.update((q.name, q) for q in cfg.queries.distinct)
     wts = [float((weights or {}).get(e.query, 1.0)) for e in sampled]
@@ -518,7 +525,9 @@ def place_sampling(
         out = []
         for e in full:
             q = by_name.get(e.query)
-            if e.kind == "topk" and isinstance(q, TopKQuery):
+            if e.query not in keep:
+                out.append(e)
+            elif e.kind == "topk" and isinstance(q, TopKQuery):
                 out.append(model.topk(w, q, keep=keep[e.query]))
             elif e.kind == "distinct" and isinstance(q, DistinctQuery):
                 out.append(model.distinct(w, q, keep=keep[e.query]))

@@ -10,7 +10,8 @@ follows their progress; ``sys_stats`` commits every query's per-batch statistics
 rows) from another listener. ``batch_state`` keeps a batch kind's state
 per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
 stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
-(``result_json`` writes their rows as JSON, a column at a time).
+(``result_json`` writes their rows as JSON, a column at a time); ``resource_manager`` chooses
+the drop boxes before the top-k queries each batch under overload (``[resources] manage``).
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
 
@@ -28,6 +29,7 @@ __all__ = [
     "joins",
     "partials",
     "publish",
+    "resource_manager",
     "result_json",
     "retention",
     "session",

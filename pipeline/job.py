@@ -58,6 +58,7 @@ from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
+from pipeline.resource_manager import ResourceManager
 from pipeline.retention import Maintainer, apply_topic_retention
 from pipeline.source import kafka_stream, raw_messages
 
@@ -396,9 +397,16 @@ class SharedBatch:
     FIGURES_KEPT = 64
 
     def __init__(
-        self, functions: dict[str, Any], *, state: Path | None = None, delay_ns: int | None = None
+        self,
+        functions: dict[str, Any],
+        *,
+        state: Path | None = None,
+        delay_ns: int | None = None,
+        manager: ResourceManager | None = None,
     ) -> None:
         self.functions = dict(functions)
+        #: chooses the drop boxes' fractions per batch (``[resources] manage``), None: all exact
+        self.manager = manager
         #: each Kafka partition's newest event time after each batch (the late rule's start)
         self.state = BatchState(state) if state is not None else None
         self.delay_ns = delay_ns
@@ -413,11 +421,15 @@ class SharedBatch:
         return self._figures.get(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        started = time.perf_counter()
+        began = started = time.perf_counter()
+        keep = self.manager.decide(batch_id) if self.manager is not None else {}
         for function in self.functions.values():
             prepare = getattr(function, "prepare", None)
             if prepare is not None:
                 prepare(batch_id, df.sparkSession)
+            sample = getattr(function, "sample", None)
+            if sample is not None:
+                sample(keep)
         specs = [spec for f in self.functions.values() for spec in f.specs]
         before = (self.state.load(batch_id) if self.state is not None else None) or {}
         newest = {int(p): int(ns) for p, ns in before.items()}
@@ -442,8 +454,13 @@ class SharedBatch:
             self.seconds[name] = time.perf_counter() - started
         for name, spent in self.seconds.items():
             self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
+        if self.manager is not None:
+            self.manager.observe(batch_id, counts["packets"], time.perf_counter() - began)
         self._figures[batch_id] = sys_stats.BatchFigures(
-            packets=counts["packets"], newest_ns=max(read.values(), default=None), seconds=dict(self.seconds)
+            packets=counts["packets"],
+            newest_ns=max(read.values(), default=None),
+            seconds=dict(self.seconds),
+            keep=dict(keep),
         )
         while len(self._figures) > self.FIGURES_KEPT:
             self._figures.popitem(last=False)
@@ -902,6 +919,11 @@ def _start(
             shared,
             state=_dir(checkpoint_dir(cfg, SHARED_QUERY)) / "event-time",
             delay_ns=round(cfg.pipeline.watermark_s * 1e9),
+            manager=(
+                ResourceManager(cfg, checkpoint_dir(cfg, SHARED_QUERY) / "resources")
+                if cfg.resources.manage
+                else None
+            ),
         )
         guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
         packets = raw_messages(

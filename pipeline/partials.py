@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 
 from analytics.hll_coupons import coupons
 from analytics.keys import key_text, weights
+from analytics.sampling import HASH_FIELDS, record_hash, sample_mask, scaled
 from analytics.sketch_windows import coupon_estimates, coupon_sketches
 from ingest.wire import CONTROL_WATERMARK, parse_many
 from netmon.records import ARROW_SCHEMA
@@ -125,6 +126,9 @@ class CountSpec:
     b_us: int
     #: a record whose key is null is a group of its own (traffic: packets without a protocol)
     keep_null_key: bool = False
+    #: the drop box before the query (``analytics.sampling``): the fraction of records kept, by
+    #: their hash; below 1 ``records`` and ``weight`` are Horvitz–Thompson estimates (sums / keep)
+    keep: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,26 @@ def _names(name: str, n: int) -> pa.Array:
     return pa.array([name] * n, pa.string()) if n else pa.array([], pa.string())
 
 
-def _counts(batch: pa.RecordBatch, ts_us: np.ndarray, spec: CountSpec) -> pa.Table:
+def _hashes(batch: pa.RecordBatch, ts_us: np.ndarray) -> np.ndarray:
+    """Each record's sampling hash (``analytics.sampling.record_hash``; nulls as 0)."""
+
+    def column(name: str) -> np.ndarray:
+        if batch.schema.get_field_index(name) < 0:  # a stream without the field (tests, benches)
+            return np.zeros(batch.num_rows, np.int64)
+        values = pc.fill_null(batch.column(name), 0)
+        return np.asarray(values.to_numpy(zero_copy_only=False))
+
+    return record_hash(ts_us, *(column(name) for name in HASH_FIELDS[1:]))
+
+
+def _counts(
+    batch: pa.RecordBatch, ts_us: np.ndarray, spec: CountSpec, hashes: np.ndarray | None = None
+) -> pa.Table:
+    if spec.keep < 1:
+        # The drop box: the records whose hash is below the fraction's bound (the same records
+        # when Spark runs the batch again); the sums are scaled by 1/keep after the group-by.
+        mask = sample_mask(_hashes(batch, ts_us) if hashes is None else hashes, spec.keep)
+        batch, ts_us = batch.filter(pa.array(mask)), ts_us[mask]
     if spec.keep_null_key:
         keys = pc.cast(batch.column(spec.fields[0]), pa.string())
         if len(spec.fields) > 1:
@@ -196,10 +219,16 @@ def _counts(batch: pa.RecordBatch, ts_us: np.ndarray, spec: CountSpec) -> pa.Tab
             "query": _names(spec.name, grouped.num_rows),
             "sw": grouped["sw"],
             "key": grouped["key"],
-            "records": grouped["count_all"],
-            "weight": pc.fill_null(grouped["w_sum"], 0),
+            "records": _scaled(grouped["count_all"], spec.keep),
+            "weight": _scaled(pc.fill_null(grouped["w_sum"], 0), spec.keep),
         }
     )
+
+
+def _scaled(values: pa.ChunkedArray | pa.Array, keep: float) -> pa.Array | pa.ChunkedArray:
+    if keep >= 1:
+        return values
+    return pa.array(scaled(np.asarray(values.to_numpy()), keep), pa.int64())
 
 
 def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> pa.Table:
@@ -328,12 +357,16 @@ def partials_of(batch: pa.RecordBatch | pa.Table, specs: Sequence[Spec]) -> pa.T
     rows = batch.filter(pc.invert(batch.column("is_control")))
     if rows.num_rows:
         ts_us = np.asarray(pc.cast(rows.column("ts"), pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+        sampled = any(isinstance(s, CountSpec) and s.keep < 1 for s in specs)
+        hashes = _hashes(rows, ts_us) if sampled else None
         for spec in specs:
             if isinstance(spec, RowsSpec):
                 parts.append(_rows(rows, ts_us, spec))
                 continue
             parts.append(
-                _counts(rows, ts_us, spec) if isinstance(spec, CountSpec) else _sketches(rows, ts_us, spec)
+                _counts(rows, ts_us, spec, hashes)
+                if isinstance(spec, CountSpec)
+                else _sketches(rows, ts_us, spec)
             )
     else:
         parts += [
@@ -355,6 +388,8 @@ def _fields(spec: Spec) -> tuple[str, ...]:
 def _columns(specs: Sequence[Spec]) -> list[str]:
     fields = {f for s in specs for f in _fields(s)}
     weights = {"wire_len"} if any(isinstance(s, CountSpec) and s.weight == "bytes" for s in specs) else set()
+    if any(isinstance(s, CountSpec) and s.keep < 1 for s in specs):
+        weights |= set(HASH_FIELDS[1:])
     return sorted({"ts", "is_control", *weights, *fields})
 
 

@@ -109,6 +109,8 @@ SYS_SCHEMA = pa.schema(
         ("shed_x_left", pa.float64()),
         ("shed_x_right", pa.float64()),
         ("shed_fractions", pa.string()),
+        ("sample_keep", pa.float64()),
+        ("sample_fractions", pa.string()),
     ]
 )
 
@@ -125,6 +127,8 @@ class BatchFigures:
     packets: int
     newest_ns: int | None
     seconds: Mapping[str, float] = field(default_factory=dict)
+    #: the drop boxes' fractions the batch applied, per top-k query (``pipeline.resource_manager``)
+    keep: Mapping[str, float] = field(default_factory=dict)
 
 
 class FiguresSource(Protocol):
@@ -384,6 +388,7 @@ def sys_row(
         )
     fractions = _fractions(joins, knobs) if query != SHARED_QUERY and knobs.join_strategies else {}
     seconds = dict(figures.seconds) if figures is not None else {}
+    sampled = {name: float(x) for name, x in figures.keep.items() if x < 1} if figures is not None else {}
     return {
         "query": query,
         "batch_id": batch_id,
@@ -416,6 +421,10 @@ def sys_row(
             json.dumps({name: list(x) for name, x in sorted(fractions.items())}, separators=(",", ":"))
             if fractions
             else None
+        ),
+        "sample_keep": min(sampled.values(), default=1.0) if figures is not None else None,
+        "sample_fractions": (
+            json.dumps(dict(sorted(sampled.items())), separators=(",", ":")) if sampled else None
         ),
     }
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import shutil
 from collections.abc import Iterator
 from functools import reduce
@@ -47,6 +48,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from analytics.keys import KEY_SEPARATOR, parse_key
+from analytics.sampling import count_interval
 from analytics.topk_merge import QueryParams, TopKMerge
 from netmon.config import Config, TopKQuery
 from pipeline.batch_sink import write_table
@@ -89,6 +91,11 @@ RESULT_SCHEMA = pa.schema(
         ("key", pa.string()),
         ("count", pa.int64()),
         ("total", pa.int64()),
+        # Precision (issue 18 item 6): the smallest drop-box fraction over the window's
+        # sub-windows (1.0: exact) and the 95 % interval of ``count`` (analytics.sampling)
+        ("keep", pa.float64()),
+        ("count_low", pa.int64()),
+        ("count_high", pa.int64()),
     ]
 )
 
@@ -229,12 +236,24 @@ class SlidingTopK:
         params = [self.params[name.removeprefix(SPEC)] for name in self._names]
         self._b_us = np.array([p.b // _NS_PER_US for p in params], np.int64)
         self._ks = np.array([p.k for p in params], np.int64)
+        #: the drop-box fraction per query in force for the next batch (:meth:`sample`)
+        self.keep: dict[str, float] = {}
+
+    def sample(self, keep: dict[str, float]) -> None:
+        """The fraction of records each query's drop box keeps in the next batch (absent: 1)."""
+        self.keep = {name: float(x) for name, x in keep.items() if x < 1}
 
     @property
     def specs(self) -> tuple[CountSpec, ...]:
         """Stage 1: per query, its weight per (sub-window, key text)."""
         return tuple(
-            CountSpec(SPEC + q.name, parse_key(q.key), q.weight, self.params[q.name].b // _NS_PER_US)
+            CountSpec(
+                SPEC + q.name,
+                parse_key(q.key),
+                q.weight,
+                self.params[q.name].b // _NS_PER_US,
+                keep=self.keep.get(q.name, 1.0),
+            )
             for q in self.queries
         )
 
@@ -254,6 +273,7 @@ class SlidingTopK:
         late = int(counts["records"].to_numpy()[late_mask].sum()) if late_mask.any() else 0
         columns = {"code": code, "sw": counts["sw"], "key": counts["key"], "count": counts["weight"]}
         fresh = pa.table(columns).filter(pa.array(~late_mask))
+        keeps = self._kept(before.get("keeps", {}), fresh, wm_before, max_us)
         if before["open"]:
             held = pq.read_table(self.store / before["open"], schema=_OPEN_ARROW)
             columns = {
@@ -295,7 +315,14 @@ class SlidingTopK:
             made = merge.add_subwindow(top, index, total)
             if made:
                 out_names.extend([name] * len(made))
-                rows += made
+                rows += _with_precision(made, keeps.get(name, []), self.params[name])
+        if watermark_ms is not None:
+            for name, by_sw in keeps.items():
+                # A sub-window's fraction matters until the last window holding it is reported:
+                # windows up to the last closed sub-window are, the next ones start after it - N/b.
+                p = self.params[name]
+                last_closed = (watermark_ms * 1000 * _NS_PER_US) // p.b - 1
+                keeps[name] = [r for r in by_sw if r[1] > last_closed - p.N // p.b]
         out_columns = [list(map(itemgetter(i), rows)) for i in range(len(RESULT_SCHEMA.names) - 1)]
         write_table(_result_table(out_names, out_columns), self.results, batch_id)
         self.state.save(
@@ -304,11 +331,45 @@ class SlidingTopK:
                 "watermark_ms": watermark_ms,
                 "merges": {name: base64.b64encode(m.to_bytes()).decode() for name, m in merges.items()},
                 "open": open_name,
+                "keeps": {name: [list(r) for r in ranges] for name, ranges in keeps.items() if ranges},
             },
         )
         self._drop_open(keep={open_name, before["open"]})
         self.late_rows += late
         log.debug("topk batch", extra={"batch": batch_id, "rows": len(out_names), "late": late})
+
+    def _kept(
+        self, saved: dict[str, list[list[float]]], fresh: pa.Table, wm_before: int | None, max_us: int | None
+    ) -> dict[str, list[tuple[int, int, float]]]:
+        """Per query, the sub-window ranges sampled so far and their fractions, with this batch's.
+
+        A batch at fraction x marks every sub-window its records could reach — from the first
+        one open before it (its end past the watermark) to the one of its newest event time —
+        not only those with a kept record: a sub-window whose few records were all dropped is
+        sampled too. Without a watermark yet (the first batch), from the oldest kept record's.
+        Ranges, not sub-windows: a batch after a gap in event time spans millions of them.
+        """
+        keeps = {
+            name: [(int(lo), int(hi), float(x)) for lo, hi, x in ranges] for name, ranges in saved.items()
+        }
+        if not self.keep or max_us is None:
+            return keeps
+        code = fresh["code"].to_numpy()
+        sw = fresh["sw"].to_numpy()
+        for c, prefixed in enumerate(self._names):
+            name = prefixed.removeprefix(SPEC)
+            x = self.keep.get(name)
+            if x is None:
+                continue
+            b_us = int(self._b_us[c])
+            hi = max_us // b_us
+            if wm_before is not None:
+                lo = (wm_before * 1000) // b_us
+            else:
+                mine = sw[code == c]
+                lo = int(mine.min()) if len(mine) else hi
+            keeps.setdefault(name, []).append((lo, hi, x))
+        return keeps
 
     def _codes(self, query: pa.ChunkedArray | pa.Array) -> np.ndarray:
         """Each row's query code (its stage-1 name's position in ``_names``), as int64."""
@@ -366,9 +427,36 @@ def _closed_top_k(closed: pa.Table, k: np.ndarray) -> Iterator[tuple[int, int, d
         lo = hi
 
 
+def _with_precision(
+    made: list[tuple[Any, ...]], keeps: list[tuple[int, int, float]], params: QueryParams
+) -> list[tuple[Any, ...]]:
+    """Report rows with ``keep, count_low, count_high``: the window's smallest sub-window fraction
+    and the count's interval (``analytics.sampling.count_interval``; itself when exact)."""
+    n_sub = params.N // params.b
+    out = []
+    for row in made:
+        closing = row[0] // params.b - 1
+        first = closing - n_sub + 1
+        x = min((r[2] for r in keeps if r[0] <= closing and r[1] >= first), default=1.0)
+        count = row[4]
+        if count is None:
+            out.append((*row, x, None, None))
+        elif x >= 1:
+            out.append((*row, x, count, count))
+        else:
+            low, high = count_interval(count, x)
+            out.append((*row, x, math.floor(low), math.ceil(high)))
+    return out
+
+
 def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
-    """Query names and the ``(window_end_ns, delta, rank, key, count, total)`` columns: ``RESULT_SCHEMA``."""
+    """Query names and the ``(window_end_ns, delta, rank, key, count, total, keep, count_low,
+    count_high)`` columns: ``RESULT_SCHEMA``."""
     ends_us = np.asarray(columns[0], np.int64) // _NS_PER_US
+    n = len(names)
+    keep = columns[6] if len(columns) > 6 else [1.0] * n
+    low = columns[7] if len(columns) > 7 else columns[4]
+    high = columns[8] if len(columns) > 8 else columns[4]
     return pa.table(
         [
             pa.array(names, pa.string()),
@@ -378,6 +466,9 @@ def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
             pa.array(columns[3], pa.string()),
             pa.array(columns[4], pa.int64()),
             pa.array(columns[5], pa.int64()),
+            pa.array(keep, pa.float64()),
+            pa.array(low, pa.int64()),
+            pa.array(high, pa.int64()),
         ],
         schema=RESULT_SCHEMA,
     )

@@ -56,6 +56,10 @@ class ResourcesConfig:
     sub_window_max_factor: float = 4.0
     #: the lowest sampling fraction a drop box may keep (seed 000 §5.2, lower bound ℓ)
     keep_min: float = 0.1
+    #: run the resource manager (pipeline.resource_manager): under overload, drop boxes before
+    #: the packet-weighted top-k queries, their rows marked approximate. Off by default: a replay
+    #: that falls behind should wait for exact answers; a live monitor should not fall behind.
+    manage: bool = False
 
     def __post_init__(self) -> None:
         where = "[resources]"
@@ -72,6 +76,7 @@ class ResourcesConfig:
         expect(ok, where, "sub_window_max_factor", "a number >= 1", factor)
         ok = isinstance(self.keep_min, float | int) and 0 < self.keep_min <= 1
         expect(ok, where, "keep_min", "a fraction in (0, 1]", self.keep_min)
+        expect(isinstance(self.manage, bool), where, "manage", "true or false", self.manage)
 
     @property
     def memory_bytes(self) -> int:

@@ -200,6 +200,8 @@ EXPECTED_PACKETS = {
     "shed_x_left": None,
     "shed_x_right": None,
     "shed_fractions": None,
+    "sample_keep": 1.0,  # no drop box: every top-k query exact
+    "sample_fractions": None,
 }
 EXPECTED_JOINS = {
     "query": "joins",
@@ -229,6 +231,8 @@ EXPECTED_JOINS = {
     "shed_x_left": 0.5,  # the smallest over the join queries (handshake is unshed: 1)
     "shed_x_right": 0.25,
     "shed_fractions": '{"handshake":[1.0,1.0],"link":[0.5,0.25]}',
+    "sample_keep": None,  # the joins query has no drop box (PNI sheds it)
+    "sample_fractions": None,
 }
 
 

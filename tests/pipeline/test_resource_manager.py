@@ -1,0 +1,112 @@
+"""The shared query's resource manager (issue 18 item 5), without Spark: fed measured batches, it
+places drop boxes by the cost model and the knapsack, reverses them when the load falls, and a
+batch run again (or after a restart) gets the fractions it first ran with."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytics.cost_model import DEFAULT_CONSTANTS, CostModel, Workload
+from netmon.config import Config
+from netmon.config.checks import ConfigError
+from netmon.config.resources import ResourcesConfig
+from pipeline.resource_manager import ResourceManager, eligible_queries, quantize
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _manager(tmp_path: Path, clock: Clock, **resources: object) -> ResourceManager:
+    cfg = Config()
+    cfg = dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, manage=True, **resources))
+    return ResourceManager(cfg, tmp_path / "rm", model=CostModel(DEFAULT_CONSTANTS, 5.0), clock=clock)
+
+
+def _run(m: ResourceManager, clock: Clock, batches: list[tuple[int, float]], first: int = 0) -> list[dict]:
+    """Each (packets, seconds) batch: decide, then the batch takes its seconds (at least a trigger)."""
+    out = []
+    for i, (packets, seconds) in enumerate(batches, first):
+        out.append(m.decide(i))
+        clock.t += max(seconds, m.trigger_s)
+        m.observe(i, packets, seconds)
+    return out
+
+
+def test_only_packet_weighted_top_k_queries_get_drop_boxes() -> None:
+    cfg = Config()
+    assert eligible_queries(cfg) == tuple(q.name for q in cfg.queries.topk if q.weight == "packets")
+    assert "top-destinations-bytes" not in eligible_queries(cfg) and len(eligible_queries(cfg)) == 3
+
+
+def test_fractions_are_powers_of_two_not_below_keep_min() -> None:
+    assert [quantize(x, 0.1) for x in (1.0, 0.99, 0.5, 0.26, 0.2, 0.05)] == [
+        1.0,
+        0.5,
+        0.5,
+        0.25,
+        0.125,
+        0.125,
+    ]
+    assert quantize(0.3, 0.5) == 0.5 and quantize(0.3, 1.0) == 1.0
+
+
+def test_under_the_budget_every_answer_stays_exact(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock)
+    assert _run(m, clock, [(20_000, 0.3)] * 6) == [{}] * 6
+    assert m.last["load"] == pytest.approx(0.3)
+
+
+def test_overload_samples_the_costliest_first_then_reverses_one_step_per_batch(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock)
+    heavy = [(100_000, 0.5), (200_000, 2.0), (200_000, 2.0), (200_000, 1.5), (200_000, 1.5)]
+    light = [(20_000, 0.1)] * 6
+    got = _run(m, clock, heavy + light)
+    assert got[0] == got[1] == {}  # no measurement over the bound yet
+    sampled = [k for k in got[: len(heavy)] if k]
+    assert sampled, got
+    # The first fraction below 1 goes to the query the model says costs most per unit of value.
+    model, w = m.model, Workload(rate_pps=100_000)
+    costs = {e.query: e.cpu for e in model.estimates(m._cfg, w) if e.query in m.names}
+    assert set(sampled[0]) == {max(costs, key=costs.__getitem__)}
+    for keep in got:
+        assert set(keep) <= set(m.names)
+        assert all(x in (0.5, 0.25, 0.125) for x in keep.values())
+    # Once the load falls, each fraction doubles at most once per batch until all are exact.
+    after = got[len(heavy) :]
+    for a, b in zip(after, after[1:], strict=False):
+        for name in m.names:
+            assert a.get(name, 1.0) <= b.get(name, 1.0) <= 2 * a.get(name, 1.0)
+    assert after[-1] == {}
+
+
+def test_a_batch_run_again_or_after_a_restart_gets_its_first_fractions(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock)
+    got = _run(m, clock, [(200_000, 2.0)] * 4)
+    assert got[-1]
+    # Spark runs batch 3 again in the same process: the same fractions, whatever was measured since.
+    clock.t += 1
+    m.observe(3, 10, 0.01)
+    assert m.decide(3) == got[-1]
+    # A new process (a restart) runs batch 3 again: the same; then batch 4 starts from them.
+    again = _manager(tmp_path, Clock())
+    assert again.decide(3) == got[-1]
+    assert again.decide(4) == got[-1]  # nothing measured yet in this process: the last fractions
+    assert again.last["correction"] == pytest.approx(m.last["correction"])
+
+
+def test_manage_must_be_a_boolean() -> None:
+    text: dict[str, Any] = {"manage": "yes"}  # as a TOML file could give it
+    with pytest.raises(ConfigError, match=r"\[resources\] manage: expected true or false"):
+        ResourcesConfig(**text)
