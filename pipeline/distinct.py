@@ -48,13 +48,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from collections.abc import Sequence
 from decimal import Decimal
 from itertools import groupby
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +66,7 @@ from pyspark.sql import functions as F
 
 from analytics import distinct_queries
 from analytics.keys import parse_key
+from analytics.sampling import count_interval
 from analytics.sketch_carry import GroupIds, SlidingCoupons
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
@@ -359,6 +361,18 @@ class SlidingDistinct:
         self._lows: dict[str, int] = {c.label: _BEFORE_ALL for c in self.chains}
         #: per chain, stage 3's state after the last committed batch (rebuilt when it is not)
         self._carries: dict[str, _Carry] = {}
+        #: the drop-box fraction per query in force for the next batch (:meth:`sample`)
+        self.keep: dict[str, float] = {}
+
+    def sample(self, keep: dict[str, float]) -> None:
+        """The fraction of items each query's drop box keeps in the next batch (absent: 1).
+
+        Clamped to the smallest fraction the query's ``lg_k`` allows (``pipeline.partials.item_kept``).
+        """
+        floors = {q.name: 2.0 ** -(_ADDRESS_BITS - c.lg_k) for c in self.chains for q in c.queries}
+        self.keep = {
+            name: max(float(x), floors[name]) for name, x in keep.items() if x < 1 and name in floors
+        }
 
     def _stored(self, upto: int) -> dict[int, dict]:
         """Store batches ``<= upto`` that completed: batch id -> their marker."""
@@ -391,6 +405,7 @@ class SlidingDistinct:
                 b_us=c.sub_window_us,
                 lg_k=c.lg_k,
                 lo=self._lows[c.label],
+                keep=self.keep.get(q.name, 1.0),
             )
             for c in self.chains
             for q in c.queries
@@ -452,7 +467,25 @@ class SlidingDistinct:
             # Spark's rule: the largest event time in whole milliseconds, minus the delay.
             moved = max_us // 1000 - self.delay_ms
             watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
-        marker = {"watermark_ms": watermark_ms, "max_idx": max_idx, "late": late_rows}
+        marker: dict[str, Any] = {"watermark_ms": watermark_ms, "max_idx": max_idx, "late": late_rows}
+        live = any(
+            x < 1 for m in self._before.values() for marks in m.get("keeps", {}).values() for *_, x in marks
+        )
+        if (self.keep or live) and max_us is not None:
+            # The sub-windows this batch's records could reach, from the first one still open to
+            # that of its newest event time, and its fraction (1: none), for every query while a
+            # drop box is in use or its marks are live: a window's fractions come from its marks.
+            marks: dict[str, list[list[float]]] = {}
+            for c in self.chains:
+                hi = max_us // c.sub_window_us
+                # Sampling starts: the open sub-windows earlier batches reached hold unsampled items.
+                before = [m["max_idx"].get(c.label) for m in self._before.values()]
+                reached = max([i for i in before if i is not None], default=None)
+                for q in c.queries:
+                    marks[q.name] = [[lows[c.label] + 1, hi, self.keep.get(q.name, 1.0)]]
+                    if not live and reached is not None and reached > lows[c.label]:
+                        marks[q.name].append([lows[c.label] + 1, reached, 1.0])
+            marker["keeps"] = marks
         # Written whole or not at all: a crash here leaves the batch to be run again.
         tmp_marker = self.store / f".batch-{batch_id:06d}.json.tmp"
         tmp_marker.write_text(json.dumps(marker))
@@ -486,13 +519,18 @@ class SlidingDistinct:
             ends_us = pc.multiply(
                 pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
             )
+            width = {q.name: c.k for c in self.chains for q in c.queries}
+            distinct, keep, low, high = _precision(rows, stored, width)
             table = pa.table(
                 {
                     "query": rows["query"],
                     "window_end": pc.cast(ends_us, pa.timestamp("us", tz="UTC")),
                     "group": rows["group"],
-                    "distinct": pc.cast(rows["distinct"], pa.int64()),
+                    "distinct": distinct,
                     **({"rank": rows["rank"]} if self.rank else {}),
+                    "keep": keep,
+                    "distinct_low": low,
+                    "distinct_high": high,
                 }
             )
             write_table(table, self.results, batch_id)
@@ -603,10 +641,16 @@ class SlidingDistinct:
         if not before:
             return
         latest = max(before)
+        k = {q.name: c.k for c in self.chains for q in c.queries}
+        low = {q.name: lows[c.label] for c in self.chains for q in c.queries}
         for b, marker in before.items():
             top = marker["max_idx"]
             needed = any(
                 top.get(c.label) is not None and top[c.label] > lows[c.label] - c.k for c in self.chains
+            ) or any(  # its drop-box marks still reach a window to come
+                name in k and hi > low[name] - k[name]
+                for name, ranges in marker.get("keeps", {}).items()
+                for _, hi, _ in ranges
             )
             if b < latest and not needed:
                 shutil.rmtree(self.store / f"batch-{b:06d}", ignore_errors=True)
@@ -614,6 +658,63 @@ class SlidingDistinct:
 
 
 _BEFORE_ALL = -(2**62)
+#: a coupon's address bits (``pipeline.partials.item_kept``)
+_ADDRESS_BITS = 26
+
+
+def _precision(
+    rows: pa.Table, stored: dict[int, dict], width: dict[str, int]
+) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+    """Each row's count scaled for its window's drop boxes, the fraction, and the interval.
+
+    The kept items of a sub-window sampled at x are a Bernoulli(x) sample of its items (nested:
+    an item kept at ¼ is kept at ½). Every batch marks the sub-windows it could reach with its
+    fraction while sampling is in use (``keeps`` in its store marker). A window whose marks range
+    from x_min to x_max — x_max = 1 where a sub-window has no mark (its items came before) —
+    holds each of its D items with a probability between them, so its sketch's count n lies
+    around D·x with x in that range: ``distinct_low`` is the 95 % score interval's low end at
+    x_max, ``distinct_high`` its high end at x_min, and ``distinct`` the mean of n/x_max and
+    n/x_min (n/x when one fraction holds the whole window: seed 004's adaptation delay, a change
+    is fully in force one window later). ``keep`` is x_min. The sketch's own (HLL) error is not in
+    the interval. Unsampled rows: ``keep = 1`` and the interval is the count.
+    """
+    raw = pc.cast(rows["distinct"], pa.int64())
+    marks: dict[str, list[tuple[int, int, float]]] = {}
+    for marker in stored.values():
+        for name, ranges in marker.get("keeps", {}).items():
+            marks.setdefault(name, []).extend((int(lo), int(hi), float(x)) for lo, hi, x in ranges)
+    n = rows.num_rows
+    if not any(x < 1 for ranges in marks.values() for _, _, x in ranges):
+        return raw, pa.array(np.ones(n)), raw, raw
+    out, keep, low, high = [], [], [], []
+    for name, i, count in zip(rows["query"].to_pylist(), rows["i"].to_pylist(), raw.to_pylist(), strict=True):
+        first = i - width[name] + 1
+        hits = sorted((lo, hi, x) for lo, hi, x in marks.get(name, ()) if lo <= i and hi >= first)
+        x_min = min((x for _, _, x in hits), default=1.0)
+        x_max = max((x for _, _, x in hits), default=1.0)
+        covered = first
+        for lo, hi, _ in hits:  # a sub-window no mark reaches holds unsampled items
+            if lo > covered:
+                break
+            covered = max(covered, hi + 1)
+        if covered <= i:
+            x_max = 1.0
+        if x_min >= 1:
+            out.append(count)
+            keep.append(1.0)
+            low.append(count)
+            high.append(count)
+            continue
+        out.append(round((count / x_max + count / x_min) / 2))
+        keep.append(x_min)
+        low.append(math.floor(count_interval(count / x_max, x_max)[0]))
+        high.append(math.ceil(count_interval(count / x_min, x_min)[1]))
+    return (
+        pa.array(out, pa.int64()),
+        pa.array(keep, pa.float64()),
+        pa.array(low, pa.int64()),
+        pa.array(high, pa.int64()),
+    )
 
 
 class _Carry(NamedTuple):

@@ -920,7 +920,7 @@ def _start(
             state=_dir(checkpoint_dir(cfg, SHARED_QUERY)) / "event-time",
             delay_ns=round(cfg.pipeline.watermark_s * 1e9),
             manager=(
-                ResourceManager(cfg, checkpoint_dir(cfg, SHARED_QUERY) / "resources")
+                ResourceManager(cfg, checkpoint_dir(cfg, SHARED_QUERY) / "resources", kinds=tuple(shared))
                 if cfg.resources.manage
                 else None
             ),

@@ -65,6 +65,7 @@ __all__ = [
     "RowsSpec",
     "Spec",
     "decode_messages",
+    "item_kept",
     "NEWEST_QUERY",
     "merge_partials",
     "newest_of",
@@ -145,6 +146,9 @@ class DistinctSpec:
     lg_k: int
     #: the last sub-window index already reported: items of sub-windows <= lo are late
     lo: int
+    #: the drop box before the query: the fraction of *items* kept, a power of two — those whose
+    #: coupon address has its top log2(1/keep) bits zero (:func:`item_kept`); ``records`` scaled
+    keep: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,8 @@ def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> p
         # coupons stay in coupon mode gets its sketch's bytes from them without a Python call per
         # item (most groups); the others are united from coupon-mode pieces.
         rows = rows.append_column("c", pa.array(coupons(rows["item"])))
+        if spec.keep < 1:
+            rows = rows.filter(pa.array(item_kept(rows["c"].to_numpy(), spec.keep, spec.lg_k)))
         grouped = rows.group_by(["sw", "key"], use_threads=False).aggregate(
             [([], "count_all"), ("c", "distinct")]
         )
@@ -273,13 +279,35 @@ def _sketches(batch: pa.RecordBatch, ts_us: np.ndarray, spec: DistinctSpec) -> p
                         "query": _names(spec.name, table.num_rows),
                         "sw": table["sw"],
                         "key": table["key"],
-                        "records": table["count_all"],
+                        "records": _scaled(table["count_all"], spec.keep),
                         "weight": pa.array(np.zeros(table.num_rows, np.int64)),
                         "sketch": sketches,
                     }
                 )
             )
     return pa.concat_tables(parts)
+
+
+#: the bits of a coupon's address (DataSketches KEY_MASK_26, ``analytics.hll_coupons``)
+_ADDRESS_BITS = 26
+
+
+def item_kept(coupon: np.ndarray, keep: float, lg_k: int) -> np.ndarray:
+    """Which items a distinct query's drop box keeps: those whose coupon address has its top
+    ``log2(1/keep)`` bits zero.
+
+    Every record of an item shares its fate, so a kept item's sketch is exact in the sample and
+    the kept items are a Bernoulli(keep) sample of the distinct items (``|kept| / keep`` estimates
+    the count). The register index is the address's low ``lg_k`` bits and the register value
+    comes from the other half of the hash, so the sample is independent of both: the kept items
+    are spread over every register, as a full stream's are. ``keep`` is a power of two with at
+    most ``26 - lg_k`` bits (at least 1/32 at the largest ``lg_k``, 21).
+    """
+    bits = round(-np.log2(keep))
+    if not (0 <= bits <= _ADDRESS_BITS - lg_k) or 2.0**-bits != keep:
+        raise ValueError(f"keep: expected 2^-j with 0 <= j <= {_ADDRESS_BITS - lg_k}, got {keep!r}")
+    address = np.asarray(coupon, np.uint32) & np.uint32((1 << _ADDRESS_BITS) - 1)
+    return (address >> np.uint32(_ADDRESS_BITS - bits)) == 0 if bits else np.ones(len(address), bool)
 
 
 def _united_sketches(sizes: np.ndarray, values: np.ndarray, lg_k: int) -> pa.Array:

@@ -1,4 +1,4 @@
-"""The resource manager of the shared query: drop boxes before the top-k queries under overload.
+"""The resource manager of the shared query: drop boxes before its top-k and distinct queries.
 
 Seed 004 (Cammert et al., §4) adapts running queries in two steps: the cost model says how much
 each query costs at the measured input, a manager turns knobs until the estimate fits the budget,
@@ -22,13 +22,12 @@ loop for the shared query (``pipeline.job.SharedBatch``), once per micro-batch:
    may fall at once but rises one step (×2) per batch, and only while the load at the higher
    fraction is estimated below the bound — the reversal seed 004 asks for, without oscillating.
 
-Which queries have drop boxes: top-k queries weighted by ``packets``. A ``bytes`` query's interval
-needs each key's packet sizes, which the sub-window lists do not keep; a distinct count cannot be
-scaled from a sample of records (an item seen once is as likely lost as kept), and an item-hash
-sample changing between sub-windows has no unbiased window estimate; traffic stays exact (it is
-cheap: one group per protocol); the joins shed by PNI. These are departures from a manager that
-adapts every query (issue 18 item 5); seed 004's other knobs, window and granularity, are not
-turned here.
+Which queries have drop boxes: top-k queries weighted by ``packets`` (a Bernoulli sample of
+records, counts scaled by 1/x) and distinct counts (a sample of *items* by their hash,
+``pipeline.partials.item_kept``; a window's count is scaled by its fractions,
+``pipeline.distinct``). A ``bytes`` top-k query's interval needs each key's packet sizes, which
+the sub-window lists do not keep; traffic stays exact (it is cheap: one group per protocol); the
+joins shed by PNI. Seed 004's other knobs, window and granularity, are not turned here.
 
 Exactly once: a decision is saved under the batch's id *before* the batch runs
 (``pipeline.batch_state``), and a batch that Spark runs again finds it and applies the same
@@ -42,7 +41,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +59,13 @@ SHARED_KINDS = ("traffic", "topk", "distinct")
 ALPHA = 0.5
 
 
-def eligible_queries(cfg: Config) -> tuple[str, ...]:
-    """The top-k queries with a drop box: weighted by packets (module docstring)."""
-    if "topk" not in cfg.pipeline.kinds:
-        return ()
-    return tuple(q.name for q in cfg.queries.topk if q.weight == "packets")
+def eligible_queries(cfg: Config, kinds: Collection[str] | None = None) -> tuple[str, ...]:
+    """The queries with a drop box: top-k weighted by packets, and distinct counts (module
+    docstring), of the ``kinds`` that run (default: ``[pipeline] kinds``)."""
+    running = set(cfg.pipeline.kinds if kinds is None else kinds)
+    topk = [q.name for q in cfg.queries.topk if q.weight == "packets"] if "topk" in running else []
+    distinct = [q.name for q in cfg.queries.distinct] if "distinct" in running else []
+    return (*topk, *distinct)
 
 
 def quantize(keep: float, keep_min: float) -> float:
@@ -101,17 +102,24 @@ class ResourceManager:
         *,
         model: CostModel | None = None,
         clock: Any = time.perf_counter,
+        kinds: Collection[str] | None = None,
     ) -> None:
         self.cfg = cfg
         self.state = BatchState(Path(directory))
         self.model = model or CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
         self.clock = clock
-        self.names = eligible_queries(cfg)
+        self.names = eligible_queries(cfg, kinds)
+        if len(set(self.names)) < len(self.names):
+            shared_names = sorted({n for n in self.names if self.names.count(n) > 1})
+            raise ValueError(
+                f"[resources] manage: a top-k and a distinct query share the name {shared_names[0]!r}:"
+                " their drop boxes would be one; rename one of them"
+            )
         res = cfg.resources
         self.bound = res.cpu_bound
         self.keep_min = res.keep_min
         self.trigger_s = max(float(cfg.pipeline.trigger_s), 1e-3)
-        shared = tuple(k for k in cfg.pipeline.kinds if k in SHARED_KINDS)
+        shared = tuple(k for k in (cfg.pipeline.kinds if kinds is None else kinds) if k in SHARED_KINDS)
         self._cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=shared))
         self._started: float | None = None
         self._measured: dict[str, float] | None = None
@@ -147,13 +155,17 @@ class ResourceManager:
     def _estimate(self, rate: float, keep: Mapping[str, float]) -> float:
         """The cost model's CPU (s/s) of the shared kinds at ``rate`` and the fractions ``keep``."""
         w = Workload(rate_pps=rate)
+        topk = {q.name: q for q in self._cfg.queries.topk}
+        distinct = {q.name: q for q in self._cfg.queries.distinct}
         total = 0.0
         for e in self.model.estimates(self._cfg, w):
-            q = next((q for q in self._cfg.queries.topk if q.name == e.query), None)
             x = keep.get(e.query, 1.0)
-            total += (
-                self.model.topk(w, q, keep=x).cpu if e.kind == "topk" and q is not None and x < 1 else e.cpu
-            )
+            if x < 1 and e.kind == "topk" and e.query in topk:
+                total += self.model.topk(w, topk[e.query], keep=x).cpu
+            elif x < 1 and e.kind == "distinct" and e.query in distinct:
+                total += self.model.distinct(w, distinct[e.query], keep=x).cpu
+            else:
+                total += e.cpu
         return total
 
     def _choose(self, before: Mapping[str, Any], m: Mapping[str, float] | None) -> dict[str, Any]:

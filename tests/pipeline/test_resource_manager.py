@@ -41,10 +41,27 @@ def _run(m: ResourceManager, clock: Clock, batches: list[tuple[int, float]], fir
     return out
 
 
-def test_only_packet_weighted_top_k_queries_get_drop_boxes() -> None:
+def test_packet_weighted_top_k_and_distinct_queries_get_drop_boxes() -> None:
     cfg = Config()
-    assert eligible_queries(cfg) == tuple(q.name for q in cfg.queries.topk if q.weight == "packets")
-    assert "top-destinations-bytes" not in eligible_queries(cfg) and len(eligible_queries(cfg)) == 3
+    topk = tuple(q.name for q in cfg.queries.topk if q.weight == "packets")
+    distinct = tuple(q.name for q in cfg.queries.distinct)
+    assert eligible_queries(cfg) == topk + distinct
+    assert "top-destinations-bytes" not in eligible_queries(cfg) and len(topk) == 3
+    # only the kinds that run
+    assert eligible_queries(cfg, kinds=("traffic", "topk", "sys")) == topk
+    assert eligible_queries(cfg, kinds=("distinct",)) == distinct
+
+
+def test_a_top_k_and_a_distinct_query_of_one_name_are_refused(tmp_path: Path) -> None:
+    cfg = Config()
+    twin = dataclasses.replace(cfg.queries.distinct[0], name=cfg.queries.topk[0].name)
+    cfg = dataclasses.replace(
+        cfg,
+        queries=dataclasses.replace(cfg.queries, distinct=(twin, *cfg.queries.distinct[1:])),
+        resources=dataclasses.replace(cfg.resources, manage=True),
+    )
+    with pytest.raises(ValueError, match="share the name 'top-sources'"):
+        ResourceManager(cfg, tmp_path, model=CostModel(DEFAULT_CONSTANTS, 5.0))
 
 
 def test_fractions_are_powers_of_two_not_below_keep_min() -> None:
@@ -75,10 +92,17 @@ def test_overload_samples_the_costliest_first_then_reverses_one_step_per_batch(t
     assert got[0] == got[1] == {}  # no measurement over the bound yet
     sampled = [k for k in got[: len(heavy)] if k]
     assert sampled, got
-    # The first fraction below 1 goes to the query the model says costs most per unit of value.
-    model, w = m.model, Workload(rate_pps=100_000)
-    costs = {e.query: e.cpu for e in model.estimates(m._cfg, w) if e.query in m.names}
-    assert set(sampled[0]) == {max(costs, key=costs.__getitem__)}
+    # The first fraction below 1 goes to the query whose sampling saves the most CPU per unit
+    # of value: the largest secant slope of its cost between keep_min and 1 (the knapsack's a_k).
+    model, w, low = m.model, Workload(rate_pps=100_000), m.keep_min
+    topk = {q.name: q for q in m._cfg.queries.topk}
+    distinct = {q.name: q for q in m._cfg.queries.distinct}
+
+    def cost(name: str, x: float) -> float:
+        return (model.topk(w, topk[name], x) if name in topk else model.distinct(w, distinct[name], x)).cpu
+
+    slopes = {name: (cost(name, 1.0) - cost(name, low)) / (1 - low) for name in m.names}
+    assert set(sampled[0]) == {max(slopes, key=slopes.__getitem__)}
     for keep in got:
         assert set(keep) <= set(m.names)
         assert all(x in (0.5, 0.25, 0.125) for x in keep.values())
