@@ -147,7 +147,14 @@ class AlertService:
         # [kafka] authentication and TLS (ConfigError when the password variable is unset)
         security = client_options(self.cfg.kafka)
         for topic in self._topics:
-            ensure_topic(self.cfg.kafka.bootstrap, topic, self.cfg.kafka.partitions, security=security)
+            ensure_topic(
+                self.cfg.kafka.bootstrap,
+                topic,
+                self.cfg.kafka.partitions,
+                self.cfg.kafka.replication_factor,
+                security=security,
+                min_insync_replicas=self.cfg.kafka.min_insync_replicas,
+            )
         instance = hashlib.blake2b(str(Path(self.cfg.paths.state_dir).resolve()).encode(), digest_size=6)
         self._consumer = KafkaConsumer(
             bootstrap_servers=self.cfg.kafka.bootstrap,

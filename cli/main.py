@@ -49,6 +49,7 @@ COMMANDS = {
     "bench": "cli.commands.bench:command",
     "broker": "cli.commands.broker:command",
     "capture": "cli.commands.capture:command",
+    "cluster": "cli.commands.cluster:command",
     "config": "cli.commands.config_cmd:command",
     "dashboard": "cli.commands.dashboard:command",
     "demo": "cli.commands.demo:command",

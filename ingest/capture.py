@@ -345,6 +345,8 @@ def capture(
     ready: Callable[[], None] | None = None,
     timeout_s: float = 10.0,
     security: Mapping[str, Any] | None = None,
+    replication: int = 1,
+    min_insync_replicas: int | None = None,
 ) -> CaptureSummary:
     """Capture on ``options.iface`` and produce the decoded records to ``topic`` until told to stop.
 
@@ -359,6 +361,8 @@ def capture(
         summary about twice a second.
     ready
         Called once the socket is listening (tests start their traffic then).
+    replication, min_insync_replicas
+        For the topic when it is created (:class:`ingest.producer.PacketProducer`).
 
     Raises
     ------
@@ -389,6 +393,8 @@ def capture(
             compression=opts.compression,
             linger_ms=opts.linger_ms,
             partitions=partitions,
+            replication=replication,
+            min_insync_replicas=min_insync_replicas,
             timeout_s=timeout_s,
             security=security,
         )

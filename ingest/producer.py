@@ -123,8 +123,9 @@ class PacketProducer:
         ``lz4`` (default), ``zstd``, ``gzip``, ``snappy`` or ``none``; see :func:`pick_compression`.
     linger_ms
         How long the producer waits to fill a batch.
-    partitions, replication
-        For a topic this producer creates; an existing topic is used as it is.
+    partitions, replication, min_insync_replicas
+        For a topic this producer creates; an existing topic is used as it is. A replication
+        factor above the cluster's brokers raises :class:`BrokerUnavailable` naming the topic.
     batch_bytes
         Producer batch size in bytes (several messages share one compressed record batch).
     max_request_bytes
@@ -163,6 +164,7 @@ class PacketProducer:
         linger_ms: int = 20,
         partitions: int = 2,
         replication: int = 1,
+        min_insync_replicas: int | None = None,
         batch_bytes: int = 1_048_576,
         max_request_bytes: int = 1_048_576,
         timeout_s: float = 10.0,
@@ -182,6 +184,7 @@ class PacketProducer:
         self.linger_ms = linger_ms
         self.partitions = partitions
         self.replication = replication
+        self.min_insync_replicas = min_insync_replicas
         self.batch_bytes = batch_bytes
         self.max_request_bytes = max_request_bytes
         self.timeout_s = timeout_s
@@ -211,7 +214,7 @@ class PacketProducer:
         """Create the topic if it does not exist; return whether this call created it."""
         from kafka.errors import KafkaError, KafkaTimeoutError
 
-        from netmon.kafka_admin import KafkaSecurityError, ensure_topic
+        from netmon.kafka_admin import KafkaSecurityError, TopicReplicationError, ensure_topic
 
         try:
             created = ensure_topic(
@@ -221,8 +224,9 @@ class PacketProducer:
                 self.replication,
                 timeout_s=self.timeout_s,
                 security=self._security,
+                min_insync_replicas=self.min_insync_replicas,
             )
-        except KafkaSecurityError as exc:
+        except (KafkaSecurityError, TopicReplicationError) as exc:
             raise BrokerUnavailable(str(exc.args[0])) from None
         except (KafkaTimeoutError, OSError) as exc:
             raise self._unavailable(f"topic {self.topic!r} not created", exc) from None

@@ -351,6 +351,8 @@ def replay(
     producer: PacketProducer | None = None,
     delivery_timeout_s: float = 60.0,
     security: Mapping[str, Any] | None = None,
+    replication: int = 1,
+    min_insync_replicas: int | None = None,
 ) -> ReplaySummary:
     """Replay the capture at ``path`` into ``topic`` and return the summary.
 
@@ -374,6 +376,8 @@ def replay(
         (``summary.broker_error``, nothing raised).
     security
         kafka-python security options (:func:`netmon.kafka_security.client_options`).
+    replication, min_insync_replicas
+        For the topic when it is created (:class:`ingest.producer.PacketProducer`).
 
     Raises
     ------
@@ -407,6 +411,8 @@ def replay(
                 compression=opts.compression,
                 linger_ms=opts.linger_ms,
                 partitions=partitions,
+                replication=replication,
+                min_insync_replicas=min_insync_replicas,
                 timeout_s=timeout_s,
                 delivery_timeout_s=delivery_timeout_s,
                 security=security,

@@ -22,6 +22,7 @@ stands on this one; the command line (``cli``) is the top floor (``README.md``, 
 
 __all__ = [
     "broker",
+    "cluster",
     "columns",
     "config",
     "filters",
@@ -35,5 +36,6 @@ __all__ = [
     "recent_results",
     "records",
     "results",
+    "spark_standalone",
     "supervisor",
 ]

@@ -19,6 +19,7 @@ from netmon.kafka_security import diagnose
 __all__ = [
     "KafkaSecurityError",
     "KafkaUnreachable",
+    "TopicReplicationError",
     "check_reachable",
     "close_producer",
     "ensure_topic",
@@ -34,6 +35,23 @@ class KafkaUnreachable(RuntimeError):
 
 class KafkaSecurityError(KafkaError):
     """The broker refused the client's TLS handshake or SASL login; the message says which and why."""
+
+
+class TopicReplicationError(KafkaError):
+    """A topic's replication factor exceeds the brokers of the cluster (one-line message)."""
+
+
+def _check_brokers(admin: KafkaAdminClient, bootstrap: str, topic: str, replication: int) -> None:
+    """Raise :class:`TopicReplicationError` unless the cluster has ``replication`` brokers (the
+    broker's own refusal does not name the topic). One broker always suffices for a factor of 1."""
+    if replication <= 1:
+        return
+    brokers = [b for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")]
+    if len(brokers) < replication:
+        raise TopicReplicationError(
+            f"topic {topic!r}: replication factor {replication} needs {replication} brokers, "
+            f"the cluster at {bootstrap} has {len(brokers)} ([kafka] replication_factor)"
+        )
 
 
 def security_failure(
@@ -113,16 +131,26 @@ def ensure_topic(
     *,
     security: Mapping[str, Any] | None = None,
     configs: Mapping[str, str] | None = None,
+    min_insync_replicas: int | None = None,
 ) -> bool:
     """Create ``topic`` if missing (with the topic ``configs``, e.g. ``retention.ms``); True when
-    it was created."""
+    it was created.
+
+    ``replication`` above 1 needs as many brokers (else :class:`TopicReplicationError`), and then
+    ``min_insync_replicas`` becomes the topic's ``min.insync.replicas``; a factor of 1 keeps the
+    broker's setting, as before these options existed.
+    """
+    topic_configs = dict(configs or {})
+    if min_insync_replicas is not None and replication > 1:
+        topic_configs["min.insync.replicas"] = str(min_insync_replicas)
     admin = _admin(bootstrap, timeout_s, security)
     try:
         if topic in admin.list_topics():
             return False
+        _check_brokers(admin, bootstrap, topic, replication)
         # Wait for the metadata so a producer or Spark sees the new partitions at once.
         admin.create_topics(
-            [NewTopic(topic, partitions, replication, topic_configs=dict(configs or {}))],
+            [NewTopic(topic, partitions, replication, topic_configs=topic_configs)],
             timeout_ms=int(timeout_s * 1000),
             wait_for_metadata=True,
         )
@@ -173,15 +201,26 @@ def set_topic_retention(
     timeout_s: float = 10,
     *,
     security: Mapping[str, Any] | None = None,
+    min_insync_replicas: int | None = None,
 ) -> None:
-    """Give ``topics`` the topic config ``retention.ms`` (creating those missing with it).
+    """Give ``topics`` the topic config ``retention.ms`` (creating those missing with it, with
+    ``replication`` copies and ``min_insync_replicas``: :func:`ensure_topic`).
 
     Only that key changes (an incremental alter on brokers since Kafka 2.3); raises
     ``KafkaError`` naming the topic when the broker refuses.
     """
     configs = {"retention.ms": str(retention_ms)}
     for topic in topics:
-        ensure_topic(bootstrap, topic, partitions, replication, timeout_s, security=security, configs=configs)
+        ensure_topic(
+            bootstrap,
+            topic,
+            partitions,
+            replication,
+            timeout_s,
+            security=security,
+            configs=configs,
+            min_insync_replicas=min_insync_replicas,
+        )
     admin = _admin(bootstrap, timeout_s, security)
     try:
         results = admin.alter_configs(

@@ -184,7 +184,9 @@ class ResultPublisher:
                     self.cfg.kafka.bootstrap,
                     result_topic(self.cfg, kind),
                     self.cfg.kafka.partitions,
+                    self.cfg.kafka.replication_factor,
                     security=security,
+                    min_insync_replicas=self.cfg.kafka.min_insync_replicas,
                 )
             self._producer = KafkaProducer(
                 bootstrap_servers=self.cfg.kafka.bootstrap,

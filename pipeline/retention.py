@@ -628,7 +628,9 @@ def apply_topic_retention(cfg: Config, kinds: Iterable[str], timeout_s: float = 
         topics,
         retention_ms,
         cfg.kafka.partitions,
+        cfg.kafka.replication_factor,
         timeout_s=timeout_s,
         security=client_options(cfg.kafka),
+        min_insync_replicas=cfg.kafka.min_insync_replicas,
     )
     return topics

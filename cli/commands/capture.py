@@ -94,6 +94,8 @@ def command(
             topic=topic or cfg.kafka.packets_topic,
             options=options,
             partitions=cfg.kafka.partitions,
+            replication=cfg.kafka.replication_factor,
+            min_insync_replicas=cfg.kafka.min_insync_replicas,
             status=_status_writer(status_file) if status_file else not quiet,
             timeout_s=timeout_s,
             security=client_options(cfg.kafka),

@@ -199,7 +199,7 @@ def _check_broker(cfg: Config) -> None:
     """Exit 2 with one line unless a broker answers at the bootstrap servers; create the topic."""
     from kafka.errors import KafkaError
 
-    from netmon.kafka_admin import KafkaUnreachable, check_reachable, ensure_topic
+    from netmon.kafka_admin import KafkaUnreachable, TopicReplicationError, check_reachable, ensure_topic
     from netmon.kafka_security import client_options
 
     bootstrap = cfg.kafka.bootstrap
@@ -214,11 +214,15 @@ def _check_broker(cfg: Config) -> None:
             bootstrap,
             cfg.kafka.packets_topic,
             cfg.kafka.partitions,
+            cfg.kafka.replication_factor,
             timeout_s=BROKER_CHECK_S * 2,
             security=security,
+            min_insync_replicas=cfg.kafka.min_insync_replicas,
         )
     except ConfigError as exc:
         fail("pipeline", str(exc), 1)
+    except TopicReplicationError as exc:
+        fail("pipeline", str(exc), 2)
     except KafkaUnreachable as exc:
         fail("pipeline", f"{exc}: {hint}", 2)
     except (KafkaError, OSError) as exc:

@@ -140,6 +140,8 @@ def command(
             topic=topic or cfg.kafka.packets_topic,
             options=options,
             partitions=cfg.kafka.partitions,
+            replication=cfg.kafka.replication_factor,
+            min_insync_replicas=cfg.kafka.min_insync_replicas,
             progress=not quiet,
             timeout_s=timeout_s,
             delivery_timeout_s=delivery_timeout_s,

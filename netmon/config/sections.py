@@ -124,6 +124,11 @@ class KafkaConfig:
     #: results go to ``<prefix><kind>`` (netmon.traffic, netmon.topk, ...)
     results_topic_prefix: str = "netmon."
     partitions: int = 2
+    #: copies of each partition of the topics netmon creates; a cluster needs as many brokers
+    replication_factor: int = 1
+    #: those topics' ``min.insync.replicas`` (set when replication_factor > 1): copies that must
+    #: have a write before an ``acks=all`` producer, as every netmon producer is, is answered
+    min_insync_replicas: int = 1
     #: JVM heap of the local broker
     heap: str = "512m"
     start_timeout_s: float = 60.0
@@ -155,6 +160,15 @@ class KafkaConfig:
             value = getattr(self, key)
             expect(bool(value) and not any(c.isspace() for c in value), where, key, "a topic name", value)
         expect(self.partitions >= 1, where, "partitions", "an integer >= 1", self.partitions)
+        factor = self.replication_factor
+        expect(factor >= 1, where, "replication_factor", "an integer >= 1", factor)
+        expect(
+            1 <= self.min_insync_replicas <= factor,
+            where,
+            "min_insync_replicas",
+            f"an integer in 1..replication_factor = {factor}",
+            self.min_insync_replicas,
+        )
         positive(where, "start_timeout_s", self.start_timeout_s)
         self._check_security(where)
 
