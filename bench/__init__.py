@@ -8,4 +8,15 @@ Reproduce commands and results: ``docs/performance.md``. This floor stands above
 ``__all__`` lists the modules.
 """
 
-__all__ = ["calibrate", "distinct", "ingest", "join", "parse", "pipeline", "spark_baseline", "topk"]
+__all__ = [
+    "calibrate",
+    "dashboard_day",
+    "dashboard_render",
+    "distinct",
+    "ingest",
+    "join",
+    "parse",
+    "pipeline",
+    "spark_baseline",
+    "topk",
+]

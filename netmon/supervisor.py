@@ -20,7 +20,9 @@ by which the next supervisor on the state directory finds and stops what is stil
 (:meth:`Supervisor.clean_leftovers`).
 
 The state file (``<state>/up/state.json``, :func:`state_file`) says, per service, its pid, start
-time, restarts and state; ``netmon status`` and ``/metrics`` read it.
+time, restarts and state; ``netmon status`` and ``/metrics`` read it. A supervisor killed outright
+leaves its last state behind, its services still "running" with pids that are gone (or, later,
+another process's): :func:`service_alive` tells, and ``netmon status`` shows them ``dead``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "netmon_argv",
     "read_state",
     "running_supervisor",
+    "service_alive",
     "state_file",
 ]
 
@@ -62,6 +65,13 @@ log = logging.getLogger(__name__)
 
 #: states of a service in the state file
 RUNNING, WAITING, DONE, STOPPED, REUSED = "running", "waiting", "done", "stopped", "reused"
+#: what ``netmon status`` shows for a service recorded as running whose process is gone
+DEAD = "dead"
+#: how much later than its recorded start a process may have started and still be the one recorded:
+#: the start is recorded just after the fork, the kernel's boot time is in whole seconds, and the
+#: wall clock may have been slewed since (a pid is not handed on again that soon)
+_START_SLACK_S = 30.0
+_PROC = Path("/proc")
 
 
 def state_file(cfg: Config) -> Path:
@@ -85,6 +95,52 @@ def _lock_holder(lock: Path) -> int | None:
 def running_supervisor(path: Path) -> int | None:
     """The pid of the ``netmon up`` holding the lock beside state file ``path`` (None: none runs)."""
     return _lock_holder(path.with_name("up.lock"))
+
+
+def _proc_start(pid: int) -> float | None:
+    """When process ``pid`` started (wall clock, to the second), from ``/proc``; None: unknown."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+        btime = next(
+            int(line.split()[1])
+            for line in (_PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def service_alive(pid: int, started: float | None = None) -> bool:
+    """Whether ``pid`` is still the process a state file recorded (started at ``started``, wall
+    clock; None: not recorded).
+
+    False when no process has the pid, when it is a zombie, or when the process with that pid
+    started after ``started`` (the recorded one died and the pid went to another). Where there is
+    no ``/proc``, only whether some process has the pid.
+
+    >>> service_alive(os.getpid(), time.time()), service_alive(os.getpid(), time.time() - 1e6)
+    (True, False)
+    """
+    if not _PROC.is_dir():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    if stat[stat.rindex(")") + 2 :].split()[:1] == ["Z"]:
+        return False
+    if started is None:
+        return True
+    began = _proc_start(pid)
+    return began is None or began <= float(started) + _START_SLACK_S
 
 
 class SupervisorRunning(RuntimeError):

@@ -18,6 +18,7 @@ from cli.main import LazyGroup
         "join": "cli.commands.bench_join:command",
         "pipeline": "cli.commands.bench_pipeline:command",
         "calibrate": "cli.commands.bench_calibrate:command",
+        "dashboard": "cli.commands.bench_dashboard:command",
     },
 )
 def command() -> None:

@@ -3,6 +3,11 @@
 Reads ``netmon up``'s state file (:func:`netmon.supervisor.state_file`), the pipeline's status file
 and, for the lag, the packets topic's end offsets. Exit code 0 when ``netmon up`` runs, 3 when not
 (the last state it left is shown, as systemd's ``status`` does).
+
+A service the state file says runs (or is reused) is checked against its process: when no process
+has its pid any more, or the one that has it started after the service did (the pid went to
+another process), it is shown ``dead`` — what a ``netmon up`` killed outright leaves behind, or a
+reused pipeline or broker that stopped.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def command(cfg: Config, as_json: bool) -> None:
     from netmon.supervisor import read_state, running_supervisor, state_file
 
     state = read_state(state_file(cfg)) or {}
+    state["services"] = [_checked(s) for s in state.get("services") or [] if isinstance(s, dict)]
     holder = running_supervisor(state_file(cfg))
     running = holder is not None
     pipeline = _json(status_file(cfg))
@@ -47,7 +53,7 @@ def command(cfg: Config, as_json: bool) -> None:
                 s["name"],
                 s["state"],
                 str(s.get("pid") or "-"),
-                _duration(now - started) if started and running else "-",
+                _duration(now - started) if started and running and s["state"] != "dead" else "-",
                 str(s.get("restarts", 0)),
                 "-" if s.get("last_exit") is None else str(s["last_exit"]),
             )
@@ -58,6 +64,19 @@ def command(cfg: Config, as_json: bool) -> None:
             click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     click.echo(_pipeline_line(pipeline, lag, now))
     sys.exit(0 if running else 3)
+
+
+def _checked(service: dict[str, Any]) -> dict[str, Any]:
+    """``service`` as the state file has it, or marked ``dead`` (its recorded state kept as
+    ``recorded_state``) when it should run and its process is gone or is another one."""
+    from netmon.supervisor import DEAD, REUSED, RUNNING, service_alive
+
+    pid, started = service.get("pid"), service.get("started")
+    if service.get("state") not in (RUNNING, REUSED) or not isinstance(pid, int) or pid <= 0:
+        return service
+    if service_alive(pid, float(started) if isinstance(started, int | float) else None):
+        return service
+    return {**service, "state": DEAD, "recorded_state": service["state"]}
 
 
 def _pipeline_line(pipeline: dict[str, Any] | None, lag: int | None, now: float) -> str:

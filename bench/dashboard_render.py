@@ -1,0 +1,227 @@
+"""How long each dashboard page takes to render in a real browser: Chromium driven by Playwright.
+
+:func:`render_times` starts the Streamlit dashboard (``dashboard.server``, as ``netmon dashboard``
+does) on a free port of 127.0.0.1 over a data and a state directory, opens every page of the app
+and
+measures the seconds from asking for the page's URL to the page being drawn. Each page is opened
+in a new tab of one browser context: a new Streamlit session (its own script run, nothing of
+another tab's), with the static files (the frontend's code, Plotly's) in the browser's cache, as
+for a user who has the dashboard open; the warm-up visit fills that cache.
+
+**When is a page drawn?** When all of these hold at once, checked in the browser at each frame:
+
+- the app's root element (``data-testid="stApp"``) says its script run is over:
+  ``data-test-script-state="notRunning"``. Streamlit's frontend sets that attribute from the
+  script-run state the server sends: ``initial`` until the first run of the session starts,
+  ``running`` while it runs, ``notRunning`` once the server said the run finished (all its
+  elements sent). This is the state behind the status widget's "Running..." indicator
+  (``stStatusWidget``), which is also required to be gone; unlike the widget, which appears
+  only after a delay and fades, the attribute is exact;
+- the page's title (an ``h1`` in ``stMain``) is there: the page's own script ran, not only the
+  navigation;
+- no element is still a placeholder (``stSkeleton``): the frontend draws most kinds of element
+  with code it loads on first use, showing a skeleton meanwhile, and it may still be loading
+  after the run is over (the elements arrived, not yet drawn);
+- every Plotly chart (``stPlotlyChart``) has drawn its SVG (``.main-svg``): Plotly is loaded
+  lazily and draws after the element arrives, so the end of the script run alone is too early;
+- every table (``stDataFrame``) has drawn its canvas (the data grid draws on a canvas).
+
+The pages' ``st.fragment(run_every=refresh_s)`` panels rerun every few seconds; the first complete
+draw is what is timed. Playwright drives the Chromium the system has (``shutil.which("chromium")``,
+Debian's ``chromium`` package: ``scripts/system-deps.sh``), never a browser of its own download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dashboard.server import APP, start_background, wait_healthy
+from netmon.config import Config
+
+__all__ = ["DRAWN", "PageRender", "browser", "pages", "render_times", "serve"]
+
+#: The predicate, run in the page, that says it is drawn (see the module's doc).
+DRAWN = """() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return false;
+  const main = document.querySelector('[data-testid="stMain"]');
+  if (!main || !main.querySelector('h1')) return false;
+  if (document.querySelector('[data-testid="stSkeleton"]')) return false;
+  for (const c of main.querySelectorAll('[data-testid="stPlotlyChart"]'))
+    if (!c.querySelector('.main-svg')) return false;
+  for (const t of main.querySelectorAll('[data-testid="stDataFrame"]'))
+    if (!t.querySelector('canvas')) return false;
+  return true;
+}"""
+#: What a drawn page shows, counted in the page once :data:`DRAWN` holds.
+_CONTENT = """() => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  const texts = (sel) => [...main.querySelectorAll(sel)].map((e) => e.innerText.trim());
+  return {
+    title: texts('h1')[0] || '',
+    charts: main.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length
+      ? main.querySelectorAll('[data-testid="stPlotlyChart"]').length : 0,
+    tables: main.querySelectorAll('[data-testid="stDataFrame"]').length,
+    metrics: main.querySelectorAll('[data-testid="stMetric"]').length,
+    exceptions: texts('[data-testid="stException"]'),
+    alerts: texts('[data-testid="stAlert"]'),
+  };
+}"""
+#: Installed in each tab before the page's own scripts: notes when the first script run starts and
+#: ends (``performance.now()``, ms since the tab began loading), for the breakdown of the time.
+_RUN_CLOCK = """(() => {
+  const marks = (window.__netmonRun = {});
+  new MutationObserver(() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    const state = app && app.getAttribute('data-test-script-state');
+    if (state === 'running' && marks.started === undefined) marks.started = performance.now();
+    if (state === 'notRunning' && marks.started !== undefined && marks.ended === undefined)
+      marks.ended = performance.now();
+  }).observe(document, {subtree: true, childList: true, attributes: true,
+                        attributeFilter: ['data-test-script-state']});
+})();"""
+#: ``("pages/traffic.py", "Traffic", ...)`` in ``dashboard/app.py``'s list of pages
+_PAGE_ENTRY = re.compile(r'\(\s*"pages/(\w+)\.py"\s*,\s*"([^"]+)"')
+
+
+@dataclass(frozen=True)
+class PageRender:
+    """One page opened ``len(seconds)`` times: its title in the app, URL, the seconds until drawn
+    each time, and what it showed the last time."""
+
+    name: str
+    url: str
+    seconds: list[float]
+    #: of the last opening: seconds until the script run started (the frontend loaded and
+    #: connected), of the run (the server), and from its end to the page drawn (the browser)
+    load_s: float = 0.0
+    script_s: float = 0.0
+    draw_s: float = 0.0
+    title: str = ""
+    charts: int = 0
+    tables: int = 0
+    metrics: int = 0
+    exceptions: list[str] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)
+
+    @property
+    def median_s(self) -> float:
+        """The median of :attr:`seconds` (what a page costs, less the noise of a shared machine).
+
+        >>> PageRender("Traffic", "/", [0.9, 3.0, 1.1]).median_s
+        1.1
+        """
+        return float(statistics.median(self.seconds))
+
+
+def pages() -> list[tuple[str, str]]:
+    """The app's pages as ``(title, url path)``, in its order, read from ``dashboard/app.py``
+    (the first page is the default one, at ``/``; the others at ``/<script name>``)."""
+    found = _PAGE_ENTRY.findall(APP.read_text())
+    return [(title, "" if i == 0 else script) for i, (script, title) in enumerate(found)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(data_dir: Path, state_dir: Path, log_file: Path, *, timeout_s: float = 60.0) -> Iterator[str]:
+    """The dashboard over ``data_dir`` and ``state_dir`` on a free port of 127.0.0.1, until the
+    block ends; yields its URL."""
+    cfg = Config().replace(paths={"data_dir": Path(data_dir), "state_dir": Path(state_dir)})
+    port = _free_port()
+    proc = start_background(cfg, log_file, host="127.0.0.1", port=port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_healthy(url, timeout_s):
+            raise RuntimeError(
+                f"the dashboard did not answer on {url} within {timeout_s:g} s (log: {log_file})"
+            )
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def browser() -> str | None:
+    """The system's Chromium (``chromium`` on the PATH, or ``$NETMON_CHROMIUM``), or None."""
+    return os.environ.get("NETMON_CHROMIUM") or shutil.which("chromium")
+
+
+def render_times(
+    data_dir: Path,
+    state_dir: Path,
+    log_file: Path,
+    *,
+    rounds: int = 1,
+    timeout_s: float = 60.0,
+    warmup: bool = True,
+) -> list[PageRender]:
+    """Open every page of the dashboard over ``data_dir`` in Chromium, ``rounds`` times (each
+    round every page in the app's order); how long each took.
+
+    ``warmup``: first open the default page once, unmeasured, so the Streamlit process has
+    imported the pages' libraries (pandas, Plotly) as a dashboard that has been serving has.
+    A page not drawn within ``timeout_s`` raises Playwright's ``TimeoutError``. Raises
+    ``RuntimeError`` when there is no Chromium.
+    """
+    from playwright.sync_api import sync_playwright
+
+    executable = browser()
+    if executable is None:
+        raise RuntimeError("no Chromium on the PATH (apt-get install chromium; scripts/system-deps.sh)")
+    with serve(data_dir, state_dir, log_file) as url, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=executable, headless=True)
+        try:
+            context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_init_script(_RUN_CLOCK)
+            if warmup:
+                _open(context, url, "", timeout_s)
+            times: dict[str, list[float]] = {}
+            shown: dict[str, dict[str, Any]] = {}
+            for _ in range(rounds):
+                for name, path in pages():
+                    seconds, shown[name] = _open(context, url, path, timeout_s)
+                    times.setdefault(name, []).append(seconds)
+            out = [PageRender(name, f"{url}/{path}", times[name], **shown[name]) for name, path in pages()]
+        finally:
+            chromium.close()
+    return out
+
+
+def _open(context: Any, url: str, path: str, timeout_s: float) -> tuple[float, dict[str, Any]]:
+    """Open ``url/path`` in a new tab: the seconds until :data:`DRAWN`, and what it shows."""
+    page = context.new_page()
+    try:
+        began = time.perf_counter()
+        page.goto(f"{url}/{path}", wait_until="commit", timeout=timeout_s * 1000)
+        page.wait_for_function(DRAWN, polling="raf", timeout=timeout_s * 1000)
+        seconds = time.perf_counter() - began
+        shown = dict(page.evaluate(_CONTENT))
+        marks = page.evaluate("() => [window.__netmonRun.started, window.__netmonRun.ended]")
+        if None not in marks:
+            # performance.now() counts from the navigation's start, just after ``began``
+            started, ended = (float(m) / 1000 for m in marks)
+            shown.update(load_s=started, script_s=ended - started, draw_s=max(0.0, seconds - ended))
+        return seconds, shown
+    finally:
+        page.close()
