@@ -494,7 +494,7 @@ def place_sampling(
     cfg: Config,
     w: Workload,
     budget: float,
-    keep_min: float = 0.1,
+    keep_min: float | Mapping[str, float] = 0.1,
     weights: Mapping[str, float] | None = None,
     iterations: int = 40,
     eligible: Collection[str] | None = None,
@@ -502,7 +502,7 @@ def place_sampling(
     """Drop boxes before the top-k and distinct queries, placed by seed 000's fractional knapsack.
 
     Each sampled query q keeps a fraction x_q ≥ ``keep_min`` of the records (§5.2, lower bound
-    ℓ) and is worth ``weight_q·x_q`` (issue 2: importance); traffic and the joins are not sampled
+    ℓ; a mapping gives each query its own, absent 0.1) and is worth ``weight_q·x_q`` (issue 2: importance); traffic and the joins are not sampled
     (traffic is exact; the joins shed by PNI). The knapsack needs costs linear in x: it is given
     ``x·cpu_q(1)``, which under-estimates a sampled query's cost (its distinct keys per sub-window
     are concave in x), so the budget is tightened by the overshoot and the knapsack solved again
@@ -535,14 +535,19 @@ def place_sampling(
                 out.append(e)
         return out
 
-    # the secant of each query's cost between keep_min and 1: fixed part + slope·x
-    low = {e.query: e.cpu for e in at({e.query: keep_min for e in sampled}) if e.query in by_name}
-    slope = [(e.cpu - low[e.query]) / (1 - keep_min) if keep_min < 1 else 0.0 for e in sampled]
-    base = fixed + sum(low[e.query] - s * keep_min for e, s in zip(sampled, slope, strict=True))
+    # per query: its lower bound (a mapping gives each its own; absent: 0.1)
+    lower = {
+        e.query: float(keep_min.get(e.query, 0.1) if isinstance(keep_min, Mapping) else keep_min)
+        for e in sampled
+    }
+    # the secant of each query's cost between its lower bound and 1: fixed part + slope·x
+    low = {e.query: e.cpu for e in at(lower) if e.query in lower}
+    slope = [(e.cpu - low[e.query]) / (1 - lower[e.query]) if lower[e.query] < 1 else 0.0 for e in sampled]
+    base = fixed + sum(low[e.query] - s * lower[e.query] for e, s in zip(sampled, slope, strict=True))
 
     def solve(room: float) -> tuple[dict[str, float], list[Estimate], float, bool]:
         sol = FractionalKnapsack(max(room, 0.0)).solve(
-            [1.0] * len(sampled), slope, lower=[keep_min] * len(sampled), weights=wts
+            [1.0] * len(sampled), slope, lower=[lower[e.query] for e in sampled], weights=wts
         )
         keep = {e.query: x for e, x in zip(sampled, sol.x, strict=True)}
         ests = at(keep)

@@ -63,6 +63,7 @@ COMMANDS = {
     "samples": "cli.commands.samples:command",
     "setup": "cli.commands.setup:command",
     "status": "cli.commands.status:command",
+    "tune": "cli.commands.tune:command",
     "up": "cli.commands.up:command",
 }
 

@@ -58,7 +58,7 @@ from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
-from pipeline.resource_manager import ResourceManager
+from pipeline.resource_manager import ResourceManager, admit
 from pipeline.retention import Maintainer, apply_topic_retention
 from pipeline.source import kafka_stream, raw_messages
 
@@ -512,6 +512,8 @@ class Pipeline:
     listeners: dict[str, tuple[tuple[str, ...], KindListener]] = field(default_factory=dict)
     #: query name -> restarts after broker outages
     restarts: dict[str, int] = field(default_factory=dict)
+    #: query name -> why admission control refused it (``[resources] admission_rate_pps``)
+    refused: dict[str, str] = field(default_factory=dict)
     #: the lock on the data directory, held until :meth:`stop`
     lock: IO[str] | None = None
     #: query name -> when its query was found dead of a broker outage (it waits for the broker)
@@ -596,6 +598,7 @@ class Pipeline:
         body: dict[str, Any] = {
             "updated": time.time(),
             "queries": {name: {**vars(st), "active": self._active(name)} for name, st in self.stats.items()},
+            **({"refused": dict(self.refused)} if self.refused else {}),
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=1))
@@ -854,11 +857,18 @@ def start_pipeline(
     for kind in chosen:
         if kind not in KINDS:
             raise ValueError(f"[pipeline] kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    # Admission control: queries whose estimate at [resources] admission_rate_pps does not fit
+    # the budgets are left out, each with a one-line reason (logged and in the status file).
+    cfg, refused = admit(cfg, chosen)
+    for reason in refused.values():
+        log.warning(reason)
     lock = _lock(cfg)
     queries: dict[str, StreamingQuery] = {}
     listeners: dict[str, KindListener] = {}
     try:
-        return _start(spark, cfg, chosen, available_now, lock, queries, listeners)
+        started = _start(spark, cfg, chosen, available_now, lock, queries, listeners)
+        started.refused = refused
+        return started
     except BaseException:
         for query in queries.values():
             with contextlib.suppress(Exception):  # stopping on the way out: nothing more to do

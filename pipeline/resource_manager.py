@@ -38,6 +38,7 @@ saved and the correction it had.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -46,10 +47,23 @@ from pathlib import Path
 from typing import Any
 
 from analytics.cost_model import CostModel, Workload, load_constants, place_sampling
+from analytics.explain import admission
 from netmon.config import Config
+from netmon.config.checks import ConfigError
+from netmon.config.resources import ResourcesConfig
 from pipeline.batch_state import BatchState
 
-__all__ = ["ResourceManager", "eligible_queries", "quantize"]
+__all__ = [
+    "TUNABLE",
+    "ResourceManager",
+    "admit",
+    "control_file",
+    "eligible_queries",
+    "in_force",
+    "quantize",
+    "read_overrides",
+    "write_overrides",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +129,9 @@ class ResourceManager:
                 f"[resources] manage: a top-k and a distinct query share the name {shared_names[0]!r}:"
                 " their drop boxes would be one; rename one of them"
             )
-        res = cfg.resources
-        self.bound = res.cpu_bound
-        self.keep_min = res.keep_min
+        self.control = control_file(cfg)
+        self.resources = cfg.resources
+        self._control_seen: tuple[float, int] | None = None
         self.trigger_s = max(float(cfg.pipeline.trigger_s), 1e-3)
         shared = tuple(k for k in (cfg.pipeline.kinds if kinds is None else kinds) if k in SHARED_KINDS)
         self._cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=shared))
@@ -137,6 +151,7 @@ class ResourceManager:
             self.last = mine  # Spark runs the batch again: the same fractions, the same rows
             return dict(mine["keep"])
         before = self.state.load(batch_id) or self.last
+        self.resources = self._in_force()
         decision = self._choose(before, self._measured)
         self._measured = None
         self.state.save(batch_id, {"batch_id": batch_id, **decision})
@@ -168,8 +183,42 @@ class ResourceManager:
                 total += e.cpu
         return total
 
+    @property
+    def bound(self) -> float:
+        """The CPU the shared kinds may use: ``(1 − reserve)·cpu_budget`` in force."""
+        return self.resources.cpu_bound
+
+    def lower(self, name: str) -> float:
+        """Query ``name``'s floor: the power of two at or above its ``keep_min`` in force."""
+        return quantize(0.0, self.resources.keep_min_of(name))
+
+    def _in_force(self) -> ResourcesConfig:
+        """``[resources]`` with the control file's overrides (re-read when it changes)."""
+        try:
+            st = self.control.stat()
+            seen: tuple[float, int] | None = (st.st_mtime, st.st_size)
+        except OSError:
+            seen = None
+        if seen == self._control_seen:
+            return self.resources
+        self._control_seen = seen
+        try:
+            res = in_force(self.cfg, read_overrides(self.control))
+        except ConfigError as exc:
+            log.warning(
+                "resources control file ignored", extra={"file": str(self.control), "error": str(exc)}
+            )
+            return self.cfg.resources
+        unknown = sorted((set(res.importance) | set(res.keep_min_by_query)) - set(self.names))
+        if unknown:
+            log.warning("resources: no drop box for these queries", extra={"queries": unknown})
+        log.info("resources in force", extra={"file": str(self.control), "cpu_budget": res.cpu_budget})
+        return res
+
     def _choose(self, before: Mapping[str, Any], m: Mapping[str, float] | None) -> dict[str, Any]:
         keep = {n: float(x) for n, x in (before.get("keep") or {}).items() if n in self.names}
+        # A floor raised at run time applies at once.
+        keep = {n: max(x, self.lower(n)) for n, x in keep.items() if max(x, self.lower(n)) < 1}
         correction = before.get("correction")
         if m is None or not self.names:
             return {"keep": keep, "correction": correction, "load": before.get("load")}
@@ -186,12 +235,13 @@ class ResourceManager:
             self._cfg,
             Workload(rate_pps=rate),
             self.bound / correction,
-            keep_min=self.keep_min,
+            keep_min={n: self.resources.keep_min_of(n) for n in self.names},
+            weights={n: float(w) for n, w in self.resources.importance.items()},
             eligible=self.names,
         )
         chosen: dict[str, float] = {}
         for name in self.names:
-            target = quantize(plan.keep.get(name, 1.0), self.keep_min)
+            target = quantize(plan.keep.get(name, 1.0), self.resources.keep_min_of(name))
             now = keep.get(name, 1.0)
             if target < now:
                 chosen[name] = target
@@ -206,7 +256,85 @@ class ResourceManager:
             "keep": {n: x for n, x in chosen.items() if x < 1},
             "correction": correction,
             "load": load,
-            # False: even every drop box at keep_min is estimated over the bound (the shared
+            # False: even every drop box at its floor is estimated over the bound (the shared
             # query's Kafka read and decode, and the queries without a drop box, remain)
             "feasible": plan.feasible,
+            "cpu_budget": self.resources.cpu_budget,
         }
+
+
+# -- knobs changed at run time -------------------------------------------------------------------
+#: the ``[resources]`` keys the control file may override while the pipeline runs
+TUNABLE = ("cpu_budget", "reserve", "keep_min", "importance", "keep_min_by_query")
+
+
+def control_file(cfg: Config) -> Path:
+    """The resource manager's overrides, read at every batch (``netmon tune`` writes them)."""
+    return Path(cfg.paths.data_dir) / "control" / "resources.json"
+
+
+def read_overrides(path: Path) -> dict[str, Any]:
+    """The control file's overrides; ``{}`` when it is missing. Raises ``ConfigError`` on a
+    file that is not a JSON object of :data:`TUNABLE` keys (the values are checked by
+    :func:`in_force`)."""
+    try:
+        body = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a JSON object of overrides ({exc})") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(TUNABLE))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (tunable: {', '.join(TUNABLE)})")
+    return body
+
+
+def in_force(cfg: Config, overrides: Mapping[str, Any]) -> ResourcesConfig:
+    """``[resources]`` with ``overrides`` applied, checked as the config file's values are."""
+    for key in ("importance", "keep_min_by_query"):
+        if key in overrides and not isinstance(overrides[key], dict):
+            raise ConfigError(f"{key}: expected an object of query names, got {overrides[key]!r}")
+    return dataclasses.replace(cfg.resources, **dict(overrides))
+
+
+def write_overrides(path: Path, overrides: Mapping[str, Any]) -> None:
+    """Replace the control file atomically (the manager reads the old or the new, never a part)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(dict(overrides), indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+# -- admission control ---------------------------------------------------------------------------
+def admit(cfg: Config, kinds: Collection[str] | None = None) -> tuple[Config, dict[str, str]]:
+    """Seed 004 §4.1's admission control at the pipeline's start.
+
+    At ``[resources] admission_rate_pps`` (0: every query admitted), the cost model's estimate of
+    each configured query of the ``kinds`` that run, in the configuration's order (traffic first),
+    is admitted while the running totals fit ``(1 − reserve)·`` the CPU and memory budgets
+    (``analytics.explain.admission``). Returns the configuration without the refused top-k,
+    distinct and join queries, and per refused query its one-line reason naming the estimate
+    and the budget. Traffic always runs (every page and alert needs it).
+    """
+    rate = cfg.resources.admission_rate_pps
+    if rate <= 0:
+        return cfg, {}
+    running = tuple(cfg.pipeline.kinds if kinds is None else kinds)
+    scoped = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=running))
+    model = CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
+    verdicts = admission(
+        model.estimates(scoped, Workload(rate_pps=rate)), cfg.resources.cpu_bound, cfg.resources.memory_bound
+    )
+    refused = {name: why for name, why in verdicts.items() if why and name != "traffic"}
+    if not refused:
+        return cfg, {}
+    queries = dataclasses.replace(
+        cfg.queries,
+        topk=tuple(q for q in cfg.queries.topk if q.name not in refused),
+        distinct=tuple(q for q in cfg.queries.distinct if q.name not in refused),
+        join=tuple(q for q in cfg.queries.join if q.name not in refused),
+    )
+    reasons = {name: f"query {name!r} {why} at {rate:g} packets/s" for name, why in refused.items()}
+    return dataclasses.replace(cfg, queries=queries), reasons

@@ -8,17 +8,20 @@ when its estimate is at most ``(1 - reserve) · budget`` (seed 000's headroom, �
 spare, use the bound 0.8").
 
 The QoS ranges bound what a resource manager may do to a query that does not fit, relative to the
-query's configured values (per-query ranges are a later part of issue 18): a window may shrink to
+query's configured values: a window may shrink to
 ``window_min_fraction`` of its configured length, a sub-window (the granularity) may coarsen to
 ``sub_window_max_factor`` times its configured length, and sampling may keep no less than
-``keep_min`` of the records (seed 000 §5.2, the lower bound ℓ_k of a drop box).
+``keep_min`` of the records (seed 000 §5.2, the lower bound ℓ_k of a drop box), or per query
+``keep_min_by_query``; ``importance`` weights a query's answer (seed 002's weighted queries). The
+running manager (``pipeline.resource_manager``) also reads these from a control file a user may
+change at run time (``netmon tune``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netmon.config.checks import expect, positive
 
@@ -60,6 +63,14 @@ class ResourcesConfig:
     #: the packet-weighted top-k queries, their rows marked approximate. Off by default: a replay
     #: that falls behind should wait for exact answers; a live monitor should not fall behind.
     manage: bool = False
+    #: seed 002's weighted queries: the value of a query's answer per unit kept, by query name
+    #: (default 1); the manager's knapsack keeps the more important queries whole first
+    importance: dict[str, float] = field(default_factory=dict)
+    #: per-query lowest fraction, by query name (default ``keep_min``): 1 exempts a query
+    keep_min_by_query: dict[str, float] = field(default_factory=dict)
+    #: when > 0, ``netmon pipeline`` admits the configured queries at this input rate (packets/s)
+    #: and refuses, in one line each, those whose estimate does not fit the budgets (seed 004 §4.1)
+    admission_rate_pps: float = 0.0
 
     def __post_init__(self) -> None:
         where = "[resources]"
@@ -77,6 +88,19 @@ class ResourcesConfig:
         ok = isinstance(self.keep_min, float | int) and 0 < self.keep_min <= 1
         expect(ok, where, "keep_min", "a fraction in (0, 1]", self.keep_min)
         expect(isinstance(self.manage, bool), where, "manage", "true or false", self.manage)
+        for name, value in self.importance.items():
+            ok = isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)
+            expect(ok and value >= 0, where, f"importance.{name}", "a number >= 0", value)
+        for name, value in self.keep_min_by_query.items():
+            ok = isinstance(value, float | int) and not isinstance(value, bool) and 0 < value <= 1
+            expect(ok, where, f"keep_min_by_query.{name}", "a fraction in (0, 1]", value)
+        rate = self.admission_rate_pps
+        ok = isinstance(rate, float | int) and math.isfinite(rate) and rate >= 0
+        expect(ok, where, "admission_rate_pps", "a rate >= 0 (0: no admission check)", rate)
+
+    def keep_min_of(self, query: str) -> float:
+        """The lowest fraction query ``query``'s drop box may keep."""
+        return float(self.keep_min_by_query.get(query, self.keep_min))
 
     @property
     def memory_bytes(self) -> int:

@@ -10,11 +10,20 @@ from typing import Any
 
 import pytest
 
-from analytics.cost_model import DEFAULT_CONSTANTS, CostModel, Workload
+from analytics.cost_model import DEFAULT_CONSTANTS, CostModel, Workload, load_constants
 from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
-from pipeline.resource_manager import ResourceManager, eligible_queries, quantize
+from pipeline.resource_manager import (
+    ResourceManager,
+    admit,
+    control_file,
+    eligible_queries,
+    in_force,
+    quantize,
+    read_overrides,
+    write_overrides,
+)
 
 
 class Clock:
@@ -26,7 +35,7 @@ class Clock:
 
 
 def _manager(tmp_path: Path, clock: Clock, **resources: object) -> ResourceManager:
-    cfg = Config()
+    cfg = Config().replace(paths={"data_dir": tmp_path / "data"})
     cfg = dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, manage=True, **resources))
     return ResourceManager(cfg, tmp_path / "rm", model=CostModel(DEFAULT_CONSTANTS, 5.0), clock=clock)
 
@@ -94,7 +103,7 @@ def test_overload_samples_the_costliest_first_then_reverses_one_step_per_batch(t
     assert sampled, got
     # The first fraction below 1 goes to the query whose sampling saves the most CPU per unit
     # of value: the largest secant slope of its cost between keep_min and 1 (the knapsack's a_k).
-    model, w, low = m.model, Workload(rate_pps=100_000), m.keep_min
+    model, w, low = m.model, Workload(rate_pps=100_000), m.resources.keep_min
     topk = {q.name: q for q in m._cfg.queries.topk}
     distinct = {q.name: q for q in m._cfg.queries.distinct}
 
@@ -134,3 +143,99 @@ def test_manage_must_be_a_boolean() -> None:
     text: dict[str, Any] = {"manage": "yes"}  # as a TOML file could give it
     with pytest.raises(ConfigError, match=r"\[resources\] manage: expected true or false"):
         ResourcesConfig(**text)
+
+
+def _responsive(m: ResourceManager, clock: Clock, batches: int, overload: float = 1.25) -> list[dict]:
+    """Batches whose time follows the fractions: the model's estimate times ``overload`` (the model
+    under-estimates by that factor), at the rate where the full estimate is the budget's bound."""
+    lo, hi = 1.0, 1e7
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if m._estimate(mid, {}) < m.bound else (lo, mid)
+    out = []
+    for i in range(batches):
+        keep = m.decide(i)
+        out.append(keep)
+        clock.t += 1.0
+        m.observe(i, int(lo), m._estimate(lo, keep) * overload)
+    return out
+
+
+def test_a_feasible_cut_samples_only_what_it_must_and_importance_keeps_a_query_whole(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path / "a", clock)
+    got = _responsive(m, clock, 10)
+    assert m.last["feasible"] and got[-1]
+    # the load settles under the bound, with some queries left whole
+    assert m.last["load"] <= m.bound * 1.05
+    assert set(m.names) - set(got[-1])
+    name = sorted(got[-1])[0]
+    clock = Clock()
+    weighted = _manager(
+        tmp_path / "b", clock, importance={name: 1000.0}, keep_min_by_query={"top-sources": 1.0}
+    )
+    again = _responsive(weighted, clock, 10)
+    assert weighted.last["feasible"] and again[-1]
+    assert all(name not in k for k in again)  # worth so much that it stays whole
+    assert all("top-sources" not in k for k in again)  # exempt: its floor is 1
+
+
+def test_knobs_changed_at_run_time_apply_at_the_next_batch(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock)
+    got = _run(m, clock, [(200_000, 2.0)] * 4)
+    assert got[-1]
+    sampled = sorted(got[-1])
+    # Raise a sampled query's floor to 1 and the budget far above the load: at once it is exact,
+    # and the others climb back one step per batch.
+    write_overrides(control_file(m.cfg), {"cpu_budget": 1000.0, "keep_min_by_query": {sampled[0]: 1.0}})
+    after = _run(m, clock, [(200_000, 2.0)] * 6, first=4)
+    assert sampled[0] not in after[0]
+    assert after[-1] == {}
+    assert m.resources.cpu_budget == 1000.0 and m.last["cpu_budget"] == 1000.0
+    # A broken control file is ignored (the configuration's values), said in the log.
+    control_file(m.cfg).write_text("{not json")
+    _run(m, clock, [(200_000, 2.0)], first=10)
+    assert m.resources == m.cfg.resources
+
+
+def test_overrides_are_checked_as_the_configuration_is(tmp_path: Path) -> None:
+    cfg = Config()
+    path = tmp_path / "resources.json"
+    path.write_text('{"cpu_budget": 2, "speed": 1}')
+    with pytest.raises(ConfigError, match="unknown key 'speed'"):
+        read_overrides(path)
+    with pytest.raises(ConfigError, match=r"\[resources\] reserve: expected a fraction in \[0, 1\), got 1.5"):
+        in_force(cfg, {"reserve": 1.5})
+    with pytest.raises(ConfigError, match="importance: expected an object"):
+        in_force(cfg, {"importance": 3})
+    assert read_overrides(tmp_path / "missing.json") == {}
+    assert in_force(cfg, {"keep_min_by_query": {"top-pairs": 0.5}}).keep_min_of("top-pairs") == 0.5
+
+
+def test_admission_refuses_what_does_not_fit_naming_the_estimate_and_the_budget(tmp_path: Path) -> None:
+    cfg = Config()
+    assert admit(cfg) == (cfg, {})  # no admission rate: everything runs
+    model = CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
+    rate = 100_000.0
+    estimates = model.estimates(cfg, Workload(rate_pps=rate))
+    # A budget that holds traffic and about half of the rest, in order.
+    total = sum(e.cpu for e in estimates)
+    budget = total / 2 / (1 - cfg.resources.reserve)
+    tight = dataclasses.replace(
+        cfg, resources=dataclasses.replace(cfg.resources, admission_rate_pps=rate, cpu_budget=budget)
+    )
+    admitted, refused = admit(tight)
+    # The oracle: admit in order while the running total fits.
+    running, expected = 0.0, []
+    for e in estimates:
+        if running + e.cpu <= tight.resources.cpu_bound * (1 + 1e-12):
+            running += e.cpu
+        else:
+            expected.append(e.query)
+    assert sorted(refused) == sorted(expected) and refused
+    left = {q.name for q in (*admitted.queries.topk, *admitted.queries.distinct, *admitted.queries.join)}
+    assert left.isdisjoint(refused) and left | set(refused) == {e.query for e in estimates} - {"traffic"}
+    for name, line in refused.items():
+        assert "\n" not in line and line.startswith(f"query {name!r} refused: estimated CPU ")
+        assert f"budget {tight.resources.cpu_bound:.3g} s/s" in line and "at 100000 packets/s" in line

@@ -1,0 +1,113 @@
+"""``netmon tune``: change the resource manager's budgets and QoS knobs while the pipeline runs.
+
+The values go to the control file ``<data_dir>/control/resources.json``, replaced atomically; the
+running manager (``[resources] manage = true``, ``pipeline.resource_manager``) reads it at its
+next batch, so a change is in force within one trigger, without a restart. Without options it
+shows the knobs in force; ``--clear`` goes back to the configuration's ``[resources]``.
+
+    netmon tune --cpu-budget 0.5 --importance top-sources=4 --keep-min-of top-pairs=0.5
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from cli.main import pass_config
+from netmon.config import Config
+from netmon.config.checks import ConfigError
+
+__all__ = ["command"]
+
+
+def _pairs(option: str, values: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for text in values:
+        name, sep, value = text.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise click.UsageError(f"{option}: expected NAME=NUMBER, got {text!r}") from None
+    return out
+
+
+@click.command("tune")
+@click.option("--cpu-budget", type=float, help="CPU seconds per second the shared query may use.")
+@click.option("--reserve", type=float, help="Share of the budgets kept free, in [0, 1).")
+@click.option("--keep-min", type=float, help="Lowest fraction any drop box may keep, in (0, 1].")
+@click.option("--importance", multiple=True, metavar="QUERY=W", help="A query's weight (default 1).")
+@click.option("--keep-min-of", multiple=True, metavar="QUERY=X", help="A query's own lowest fraction.")
+@click.option("--clear", is_flag=True, help="Remove every override: back to the configuration.")
+@click.option("--json", "as_json", is_flag=True, help="Print the knobs in force as JSON.")
+@pass_config
+def command(
+    cfg: Config,
+    cpu_budget: float | None,
+    reserve: float | None,
+    keep_min: float | None,
+    importance: tuple[str, ...],
+    keep_min_of: tuple[str, ...],
+    clear: bool,
+    as_json: bool,
+) -> None:
+    """Change the resource manager's knobs at run time (the running pipeline reads them)."""
+    from pipeline.resource_manager import (
+        TUNABLE,
+        control_file,
+        eligible_queries,
+        in_force,
+        read_overrides,
+        write_overrides,
+    )
+
+    path = control_file(cfg)
+    try:
+        overrides: dict[str, Any] = {} if clear else read_overrides(path)
+    except ConfigError as exc:
+        raise click.ClickException(f"{exc} (netmon tune --clear starts afresh)") from None
+    for key, value in (("cpu_budget", cpu_budget), ("reserve", reserve), ("keep_min", keep_min)):
+        if value is not None:
+            overrides[key] = value
+    names = set(eligible_queries(cfg))
+    for key, option, given in (
+        ("importance", "--importance", importance),
+        ("keep_min_by_query", "--keep-min-of", keep_min_of),
+    ):
+        values = _pairs(option, given)
+        unknown = sorted(set(values) - names)
+        if unknown:
+            known = ", ".join(sorted(names))
+            raise click.UsageError(
+                f"{option}: no drop box for query {unknown[0]!r} (queries with one: {known})"
+            )
+        if values:
+            overrides[key] = {**overrides.get(key, {}), **values}
+    try:
+        res = in_force(cfg, overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    changed = (
+        clear or any(v is not None for v in (cpu_budget, reserve, keep_min)) or importance or keep_min_of
+    )
+    if changed:
+        if overrides:
+            write_overrides(path, overrides)
+        else:
+            path.unlink(missing_ok=True)
+    shown = {key: getattr(res, key) for key in TUNABLE}
+    if as_json:
+        click.echo(
+            json.dumps({**shown, "overridden": sorted(overrides), "manage": res.manage}, sort_keys=True)
+        )
+        return
+    for key, value in shown.items():
+        mark = " (overridden)" if key in overrides else ""
+        click.echo(f"{key:<18} {value}{mark}")
+    if not res.manage:
+        click.echo(
+            "note: [resources] manage is false: no resource manager reads these until it is on", err=True
+        )

@@ -1,0 +1,71 @@
+"""``netmon tune``: the resource manager's knobs written to its control file, checked as the
+configuration is, shown with what is overridden, cleared; the running manager reads that file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from netmon.config import load_config
+from pipeline.resource_manager import control_file, in_force, read_overrides
+
+
+def _tune(config: Path, *args: str):
+    return CliRunner().invoke(cli, ["--config", str(config), "tune", *args])
+
+
+def _config(tmp_path: Path, manage: bool = True) -> Path:
+    path = tmp_path / "netmon.toml"
+    path.write_text(
+        f'[paths]\ndata_dir = "{tmp_path / "data"}"\n[resources]\nmanage = {str(manage).lower()}\n'
+    )
+    return path
+
+
+def test_knobs_are_written_merged_shown_and_cleared(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    cfg = load_config(config)
+    done = _tune(config, "--cpu-budget", "0.5", "--importance", "top-sources=4")
+    assert done.exit_code == 0, done.output
+    assert "cpu_budget         0.5 (overridden)" in done.output
+    done = _tune(config, "--keep-min-of", "top-pairs=0.5", "--json")
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)
+    assert shown["cpu_budget"] == 0.5 and shown["importance"] == {"top-sources": 4.0}
+    assert shown["keep_min_by_query"] == {"top-pairs": 0.5}
+    assert shown["overridden"] == ["cpu_budget", "importance", "keep_min_by_query"]
+    # what the running manager will read
+    res = in_force(cfg, read_overrides(control_file(cfg)))
+    assert (res.cpu_budget, res.keep_min_of("top-pairs"), res.keep_min_of("top-sources")) == (0.5, 0.5, 0.1)
+    done = _tune(config, "--clear", "--json")
+    assert done.exit_code == 0 and json.loads(done.output)["overridden"] == []
+    assert not control_file(cfg).exists()
+
+
+def test_bad_values_are_one_line_errors_and_change_nothing(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    cfg = load_config(config)
+    assert _tune(config, "--cpu-budget", "2").exit_code == 0
+    before = control_file(cfg).read_text()
+    for args, message in (
+        (("--reserve", "1.5"), "[resources] reserve: expected a fraction in [0, 1), got 1.5"),
+        (("--importance", "nosuch=2"), "--importance: no drop box for query 'nosuch'"),
+        (("--keep-min-of", "top-pairs"), "--keep-min-of: expected NAME=NUMBER, got 'top-pairs'"),
+        (("--keep-min-of", "top-pairs=0"), "keep_min_by_query.top-pairs: expected a fraction in (0, 1]"),
+        (("--importance", "top-destinations-bytes=2"), "no drop box for query 'top-destinations-bytes'"),
+    ):
+        done = _tune(config, *args)
+        assert done.exit_code != 0 and message in done.output, (args, done.output)
+    assert control_file(cfg).read_text() == before
+    control_file(cfg).write_text("[1, 2]")
+    done = _tune(config)
+    assert done.exit_code != 0 and "expected a JSON object" in done.output and "--clear" in done.output
+
+
+def test_it_says_when_no_manager_reads_the_knobs(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["--config", str(_config(tmp_path, manage=False)), "tune"])
+    assert done.exit_code == 0
+    assert "manage is false" in done.output
