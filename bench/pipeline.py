@@ -280,6 +280,28 @@ def _at_rate(
         "share": _shares(getattr(shared, "total_seconds", {})),
         "batch_phases_ms": phases,
         "driver_jvm_rss_mb": None if rss is None else round(rss),
+        **_drop_boxes(cfg),
+    }
+
+
+def _drop_boxes(cfg: Any) -> dict[str, Any]:
+    """What the resource manager applied over the run: the share of the shared query's batches
+    with a drop box below 1 and the smallest fraction (from the ``sys`` rows; none without them)."""
+    from netmon.results import SHARED_QUERY, read_results, results_dir
+
+    table = read_results(results_dir(cfg, "sys"))
+    if table is None or "sample_keep" not in table.column_names:
+        return {}
+    keeps = [
+        r["sample_keep"]
+        for r in table.to_pylist()
+        if r["query"] == SHARED_QUERY and r["sample_keep"] is not None
+    ]
+    if not keeps:
+        return {}
+    return {
+        "sampled_batches": round(sum(k < 1 for k in keeps) / len(keeps), 3),
+        "sample_keep_min": min(keeps),
     }
 
 
@@ -339,12 +361,17 @@ def bench_pipeline(
     spark: Any = None,
     warmup: bool = True,
     baseline: bool = True,
+    manage: bool = False,
+    cpu_budget: float | None = None,
 ) -> dict[str, Any]:
     """Drain throughput (and the rate ladder) per scenario; see the module docstring.
 
     ``spark``: a session to use (and leave running); by default one is built and stopped.
     ``warmup``: drain once untimed first (the JVM's first jobs are slow).
     ``baseline``: also drain the plain-Spark baseline (:mod:`bench.spark_baseline`) after netmon.
+    ``manage``: run the resource manager (``[resources] manage``; ``cpu_budget`` its budget), to
+    compare lag with and without drop boxes at the same rates; each rate then reports the
+    fractions its batches applied (from the ``sys`` rows).
     """
     from bench.ingest import temporary_broker
     from ingest.generate import generate
@@ -360,6 +387,14 @@ def bench_pipeline(
                 kafka={"bootstrap_servers": bootstrap, "packets_topic": "bench.packets"},
                 pipeline={"publish_results": False},
             )
+            if manage or cpu_budget is not None:
+                cfg = cfg.replace(
+                    resources={
+                        "manage": manage,
+                        **({"cpu_budget": cpu_budget} if cpu_budget is not None else {}),
+                    }
+                )
+            out["manage"] = manage
             own = spark is None
             session = build_session(cfg, "netmon-bench-pipeline", ui=False) if own else spark
             for scenario in scenarios:
@@ -413,6 +448,12 @@ def format_report(result: dict[str, Any]) -> list[str]:
                 f"{WARM_S:g} s: p50 {r['steady_p50_s']} s, p99 {r['steady_p99_s']} s, target "
                 f"{r['latency_target_s']:g} s {'met' if r['meets_latency_target'] else 'NOT met'}); "
                 f"driver JVM {r['driver_jvm_rss_mb']} MB"
+                + (
+                    f"; drop boxes in {r['sampled_batches']:.0%} of batches, smallest fraction "
+                    f"{r['sample_keep_min']:g}"
+                    if "sampled_batches" in r
+                    else ""
+                )
             )
             for name, phases in sorted(r.get("batch_phases_ms", {}).items()):
                 parts = ", ".join(f"{k} {v:g}" for k, v in phases.items() if k != "batches")

@@ -40,6 +40,12 @@ def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--no-baseline", is_flag=True, help="Skip the plain-Spark baseline drain (and the ratio to it)."
 )
+@click.option(
+    "--manage", is_flag=True, help="Run the resource manager ([resources] manage): drop boxes under load."
+)
+@click.option(
+    "--cpu-budget", type=click.FloatRange(min=0, min_open=True), help="[resources] cpu_budget for the run."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 def command(
     scenarios: tuple[str, ...],
@@ -48,6 +54,8 @@ def command(
     rates: tuple[int, ...],
     seconds: float,
     no_baseline: bool,
+    manage: bool,
+    cpu_budget: float | None,
     as_json: bool,
 ) -> None:
     """Throughput, batch-time shares, lag and latency of the whole pipeline (all default queries)."""
@@ -61,6 +69,8 @@ def command(
             rates=rates,
             seconds=seconds,
             baseline=not no_baseline,
+            manage=manage,
+            cpu_budget=cpu_budget,
             say=lambda line: click.echo(line, err=True),
         )
     except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, Spark, replay)

@@ -44,3 +44,25 @@ def test_a_tiny_drain_reports_its_own_packets_and_shares(spark) -> None:
     assert abs(sum(shares.values()) - 1.0) < 0.01
     lines = format_report(result)
     assert lines[1].startswith("baseline: drain 3,000 packets in ")
+
+
+def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None:
+    """With a budget no batch can meet, the run's batches after the first ones are sampled, and
+    the report says how many and the smallest fraction (the sys rows the pipeline wrote)."""
+    result = bench_pipeline(
+        scenarios=("baseline",),
+        packets=2000,
+        duration_s=10.0,
+        rates=(1500,),
+        seconds=8.0,
+        spark=spark,
+        warmup=False,
+        baseline=False,
+        manage=True,
+        cpu_budget=0.001,
+    )
+    assert result["manage"] is True
+    (run,) = result["scenarios"]["baseline"]["rates"]
+    assert 0 < run["sampled_batches"] < 1  # the first batch has nothing measured before it
+    assert run["sample_keep_min"] == 0.125  # keep_min 0.1: the power of two above it
+    assert "drop boxes in " in "\n".join(format_report(result))
