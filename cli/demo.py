@@ -3,6 +3,11 @@
 Broker → topic → Spark pipeline → replay of the sample capture → dashboard. The demo keeps its own
 topic (``cli.demo.packets``) and data directory (``<data>/demo``) and resets both at each start,
 so a second run shows the same thing as the first.
+
+With ``cluster`` the same runs on the local multi-process cluster (``netmon.cluster``: 3 Kafka
+nodes, a Spark standalone master, 2 workers), started for the demo or reused when already up: the
+topics get replication factor 3 and the brokers' ``min.insync.replicas`` of 2, and the pipeline's
+executors run on the workers.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from typing import Any
 from netmon.config import Config
 from netmon.kafka_security import client_options
 
-__all__ = ["DemoSummary", "demo_config", "resolve_capture", "run_demo"]
+__all__ = ["DemoSummary", "cluster_config", "demo_config", "resolve_capture", "run_demo"]
+
+#: the size of the cluster ``netmon demo --cluster`` starts when none is up
+CLUSTER_BROKERS = 3
+CLUSTER_WORKERS = 2
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +60,42 @@ def demo_config(cfg: Config) -> Config:
         },
         kafka={"packets_topic": "cli.demo.packets", "results_topic_prefix": "cli.demo."},
     )
+
+
+def cluster_config(cfg: Config, record: dict[str, Any]) -> Config:
+    """``cfg`` pointed at the cluster of ``record`` (``netmon cluster up``): its brokers with
+    replicated topics (up to 3 copies, writes on all but one) and its Spark master."""
+    factor = min(int(record["brokers"]), 3)
+    return cfg.replace(
+        kafka={
+            "bootstrap_servers": record["bootstrap_servers"],
+            "replication_factor": factor,
+            "min_insync_replicas": max(1, factor - 1),
+        },
+        spark={"master": record["master_url"]},
+    )
+
+
+def _start_cluster(cfg: Config) -> tuple[Config, Callable[[], None] | None]:
+    """Start the local cluster (or reuse the one up); return the config pointing at it and, when
+    the demo started it, how to stop it."""
+    from netmon.cluster import LocalCluster
+
+    cluster = LocalCluster(cfg)
+    _say(
+        f"cluster: starting {CLUSTER_BROKERS} Kafka nodes, a Spark master and {CLUSTER_WORKERS} "
+        "workers, or reusing those up (about 40 s)..."
+    )
+    record, reused = cluster.up(CLUSTER_BROKERS, CLUSTER_WORKERS)
+    _say(
+        f"cluster: {'reused' if reused else 'up'}: Kafka {record['bootstrap_servers']}, "
+        f"Spark {record['master_url']}"
+    )
+
+    def stop() -> None:
+        _say("cluster: " + "; ".join(cluster.down()))
+
+    return cluster_config(cfg, record), None if reused else stop
 
 
 def resolve_capture(name: str) -> Path:
@@ -91,6 +136,7 @@ def _start_alerts(dcfg: Config) -> Callable[[], None]:
             dcfg.kafka.bootstrap,
             f"{dcfg.kafka.results_topic_prefix}{kind}",
             dcfg.kafka.partitions,
+            dcfg.kafka.replication_factor,
             security=client_options(dcfg.kafka),
         )
     group = f"netmon-alerts-demo-{int(time.time())}"
@@ -141,8 +187,13 @@ def run_demo(
     dashboard: bool = True,
     timeout_s: float = 600.0,
     speed: float | None = None,
+    cluster: bool = False,
 ) -> DemoSummary:
-    """Run the demo; with ``until_done`` return once every replayed packet is in the results."""
+    """Run the demo; with ``until_done`` return once every replayed packet is in the results.
+
+    With ``cluster`` on the local cluster (started, or reused when up; stopped at the end only if
+    the demo started it) instead of the single broker and Spark in the driver's JVM.
+    """
     from ingest.replay import ReplayOptions, replay
     from netmon.broker import LocalBroker
     from netmon.kafka_admin import recreate_topic
@@ -150,8 +201,11 @@ def run_demo(
     from pipeline.session import build_session
 
     started = time.monotonic()
-    dcfg = demo_config(cfg)
     capture_path = resolve_capture(capture or cfg.ingest.demo_capture)
+    cluster_stop = None
+    if cluster:
+        cfg, cluster_stop = _start_cluster(cfg)
+    dcfg = demo_config(cfg)
     broker = None
     if not cfg.kafka.bootstrap_servers:
         broker = LocalBroker(cfg)
@@ -163,6 +217,7 @@ def run_demo(
         dcfg.kafka.bootstrap,
         dcfg.kafka.packets_topic,
         dcfg.kafka.partitions,
+        dcfg.kafka.replication_factor,
         security=client_options(dcfg.kafka),
     )
     shutil.rmtree(dcfg.paths.data_dir, ignore_errors=True)
@@ -259,3 +314,5 @@ def run_demo(
             dash.wait(10)
         if broker is not None:
             _say(f"broker: {broker.stop()}")
+        if cluster_stop is not None:
+            cluster_stop()

@@ -5,78 +5,24 @@ topics made by netmon's own topic creation (``netmon replay``)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from netmon.cluster import ClusterProcess
+from tests.cluster.conftest import Cluster, running, running_cluster
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-NETMON = Path(sys.executable).with_name("netmon")
 SAMPLE = REPO_ROOT / "samples" / "mixed-small.pcap"
-
-
-@dataclass
-class Cluster:
-    env: dict[str, str]
-    record: dict[str, Any]
-    tmp: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return str(self.record["bootstrap_servers"])
-
-    def netmon(
-        self, *args: str, config: Path | None = None, timeout: float = 240
-    ) -> subprocess.CompletedProcess:
-        cmd = [str(NETMON), *(["--config", str(config)] if config else []), *args]
-        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def config(self, name: str, **kafka: Any) -> Path:
-        """A netmon.toml pointing at the cluster with these ``[kafka]`` keys."""
-        keys = {"bootstrap_servers": self.bootstrap, **kafka}
-        path = self.tmp / name
-        path.write_text("[kafka]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items()))
-        return path
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("cluster")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETMON_") or k == "NETMON_CACHE_DIR"}
-    env.update(NETMON_STATE_DIR=str(tmp / "state"), NETMON_DATA_DIR=str(tmp / "data"))
-    up = subprocess.run(
-        [str(NETMON), "cluster", "up", "--brokers", "3", "--workers", "1", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    record_file = tmp / "state" / "cluster" / "cluster.json"
-    try:
-        assert up.returncode == 0, up.stderr
-        record = json.loads(up.stdout)
-        assert record["reused"] is False
-        yield Cluster(env, record, tmp)
-    finally:
-        # Whatever the tests did: nothing of ours may outlive them.
-        subprocess.run(
-            [str(NETMON), "cluster", "down", "--grace", "10"], env=env, capture_output=True, timeout=120
-        )
-        if record_file.exists():
-            for p in json.loads(record_file.read_text())["processes"]:
-                proc = ClusterProcess(**p)
-                if proc.alive():
-                    os.kill(proc.pid, 9)
+    with running_cluster(tmp_path_factory.mktemp("cluster"), brokers=3, workers=1) as c:
+        yield c
 
 
 def test_status_shows_three_brokers_and_one_alive_worker(cluster: Cluster) -> None:
@@ -190,15 +136,7 @@ def test_down_leaves_no_process_alive(cluster: Cluster) -> None:
     assert [line.split(":")[0] for line in run.stdout.splitlines()][:2] == ["spark-worker-1", "spark-master"]
     # any process with a recorded pid, ours or not, is a failure here (a reused pid within
     # seconds is unlikely; a JVM still shutting down is what this catches)
-    alive = [p.name for p in procs if _running(p.pid)]
+    alive = [p.name for p in procs if running(p.pid)]
     assert alive == []
     assert not record_file.exists()
     assert cluster.netmon("cluster", "status").returncode == 3
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
