@@ -36,6 +36,11 @@ so the rows returned are exactly those of ``read_results`` whose time lies in ``
 (rows without a time are in no range). :data:`TIME_COLUMNS` names the column each kind's range
 is in, :data:`COMPACTION_COLUMNS` the one compaction bounds its hours by (the first of
 ``pipeline.publish.TIME_COLUMNS`` its rows have); they differ for ``shedding`` only.
+
+The search over the commits and the compacted hours, each batch once, is
+``netmon.results_range.read_sink``, the reader ``netmon explain`` and the Resources page share;
+what is this module's is the footer statistics a batch's span and the pruning come from
+(:class:`Footers`), and Spark's file sink.
 """
 
 from __future__ import annotations
@@ -52,14 +57,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from netmon.results import (
-    COMMITS,
-    COMPACTED,
-    compactions,
-    compactions_between,
-    covered_by,
-    is_sink,
-    sink_files,
+from netmon.results import COMMITS, compactions, sink_files
+from netmon.results_range import (
+    from_micros,
+    micros,
+    newest_committed_us,
+    newest_compacted_us,
+    read_sink,
+    sinks,
 )
 
 __all__ = ["COMPACTION_COLUMNS", "TIME_COLUMNS", "Footers", "newest", "read_range", "sinks"]
@@ -80,24 +85,8 @@ TIME_COLUMNS: dict[str, str] = {
 #: ``pipeline.publish.TIME_COLUMNS`` its rows have.
 COMPACTION_COLUMNS: dict[str, str] = {**TIME_COLUMNS, "shedding": "event_time"}
 
-#: times a sink is read again when a compacted file went between listing and reading
-_READ_ATTEMPTS = 5
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_US = dt.timedelta(microseconds=1)
-
 #: (oldest, newest) time of a file's or batch's rows, microseconds since the epoch
 Bounds = tuple[int, int]
-
-
-def _micros(t: dt.datetime) -> int:
-    """A time in microseconds since the epoch (naive: UTC)."""
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return (t - _EPOCH) // _US
-
-
-def _time(us: int) -> dt.datetime:
-    return _EPOCH + int(us) * _US
 
 
 def _merge(a: Bounds | None, b: Bounds | None) -> Bounds | None:
@@ -126,13 +115,13 @@ def _group_bounds(parquet: pq.ParquetFile, g: int, index: int, column: str) -> B
     if stats is not None and stats.has_min_max:
         low, high = stats.min, stats.max
         if isinstance(low, dt.datetime) and isinstance(high, dt.datetime):
-            return _micros(low), _micros(high)
+            return micros(low), micros(high)
     elif stats is not None and stats.null_count == group.num_rows:
         return None  # every row's time is null
     extremes = pc.min_max(parquet.read_row_group(g, columns=[column]).column(0)).as_py()
     if extremes["min"] is None:
         return None
-    return _micros(extremes["min"]), _micros(extremes["max"])
+    return micros(extremes["min"]), micros(extremes["max"])
 
 
 def _footer_bounds(path: Path, column: str) -> Bounds | None:
@@ -181,29 +170,6 @@ class Footers:
 _FOOTERS = Footers()
 
 
-def sinks(directory: Path) -> list[Path]:
-    """A kind's sinks: the directory itself, or (a kind with a sink per query) its subdirectories."""
-    directory = Path(directory)
-    if _is_sink(directory):
-        return [directory]
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if p.is_dir() and _is_sink(p))
-
-
-def _is_sink(directory: Path) -> bool:
-    return is_sink(directory) or (directory / COMPACTED).is_dir()
-
-
-def _commit_ids(sink: Path) -> list[int]:
-    """The batch ids committed in ``sink``, ascending (names only: no file is opened)."""
-    try:
-        names = os.listdir(sink / COMMITS)
-    except OSError:
-        return []
-    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
-
-
 @dataclass
 class _Batch:
     """One committed batch: its files that still exist with their bounds, and the batch's."""
@@ -232,56 +198,13 @@ def _batch(sink: Path, batch_id: int, column: str, footers: Footers) -> _Batch:
     return out
 
 
-def _in_batches(
-    sink: Path, column: str, start_us: int, end_us: int, footers: Footers
-) -> dict[int, list[Path]]:
-    """The files of the committed batches whose rows may lie in ``[start_us, end_us]``, by batch.
-
-    The batches' bounds rise with their ids (the module's docstring): a binary search finds the
-    first batch whose newest row is at ``start_us`` or later, then the batches are taken in
-    order up to the first whose oldest row is after ``end_us``.
-    """
-    ids = _commit_ids(sink)
-    probed: dict[int, _Batch] = {}
-
-    def probe(i: int) -> _Batch:
-        if i not in probed:
-            probed[i] = _batch(sink, ids[i], column, footers)
-        return probed[i]
-
-    lo, hi, first = 0, len(ids), len(ids)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        j = mid
-        while j < hi and probe(j).bounds is None:
-            j += 1  # batches without rows say nothing of time: the next one with rows
-        bounds = probe(j).bounds if j < hi else None
-        if bounds is None:
-            hi = mid
-        elif bounds[1] >= start_us:
-            first, hi = j, mid
-        else:
-            lo = j + 1
-    found: dict[int, list[Path]] = {}
-    for i in range(first, len(ids)):
-        batch = probe(i)
-        if batch.bounds is None:
-            continue
-        if batch.bounds[0] > end_us:
-            break  # this batch and every later one are newer than the range
-        files = [path for path, bounds in batch.files if _overlaps(bounds, start_us, end_us)]
-        if files:
-            found[ids[i]] = files
-    return found
-
-
 def _read(
     path: Path, column: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None
 ) -> pa.Table:
     """The rows of one file whose ``column`` lies in ``[start, end]``: its row groups whose
     statistics overlap the range, filtered in memory (a dataset read with a row filter costs
     several times more per small file)."""
-    start_us, end_us = _micros(start), _micros(end)
+    start_us, end_us = micros(start), micros(end)
     with pq.ParquetFile(path) as parquet:
         index = _column_index(parquet.metadata, column)
         wanted = None if columns is None else list(dict.fromkeys([*columns, column]))
@@ -307,61 +230,64 @@ def _read(
     return table if columns is None else table.select(columns)
 
 
-def _sink_tables(
-    sink: Path,
-    column: str,
-    compacted_by: str,
-    start: dt.datetime,
-    end: dt.datetime,
-    columns: list[str] | None,
-    footers: Footers,
-) -> list[pa.Table]:
-    start_us, end_us = _micros(start), _micros(end)
-    attempts = _READ_ATTEMPTS
-    while True:
-        # The commits first, the manifests second (netmon.results): a batch compacted meanwhile is
-        # covered by a manifest read below.
-        batches = _in_batches(sink, column, start_us, end_us, footers)
-        read: dict[int, list[pa.Table]] = {}
-        for batch_id, files in batches.items():
-            for path in files:
+class _Tables:
+    """The batches of one :func:`read_range` of a sink (``netmon.results_range.Batches``), as
+    tables: a batch's span is its files' footer statistics (cached in ``footers``), its rows
+    those of its files whose statistics overlap the range; a compacted file's rows likewise (its
+    statistics asked first when the hours are of another column than the range's)."""
+
+    def __init__(
+        self,
+        column: str,
+        compacted_by: str,
+        start: dt.datetime,
+        end: dt.datetime,
+        columns: list[str] | None,
+        footers: Footers,
+    ) -> None:
+        self.column, self.compacted_by, self.columns, self.footers = column, compacted_by, columns, footers
+        self.start, self.end = start, end
+        self.start_us, self.end_us = micros(start), micros(end)
+        self._batches: dict[tuple[Path, int], _Batch] = {}
+
+    def _batch(self, sink: Path, batch_id: int) -> _Batch:
+        key = (sink, batch_id)
+        if key not in self._batches:
+            self._batches[key] = _batch(sink, batch_id, self.column, self.footers)
+        return self._batches[key]
+
+    def span(self, sink: Path, batch_id: int) -> Bounds | None:
+        return self._batch(sink, batch_id).bounds
+
+    def rows(self, sink: Path, batch_id: int) -> list[pa.Table]:
+        tables = []
+        for path, bounds in self._batch(sink, batch_id).files:
+            if _overlaps(bounds, self.start_us, self.end_us):
                 try:
-                    read.setdefault(batch_id, []).append(_read(path, column, start, end, columns))
+                    tables.append(_read(path, self.column, self.start, self.end, self.columns))
                 except FileNotFoundError:
-                    continue  # compacted or expired meanwhile: covered by a manifest read below
-        if compacted_by == column:
-            # The manifests of the hours the range overlaps (named by hour, bounded by min/max).
-            manifests = list(compactions_between(sink, start_us, end_us).values())
-        else:
-            # Hours of another column: every manifest, its files pruned by their statistics.
-            manifests = list(compactions(sink).values())
-        covered = covered_by(manifests)
-        tables = [t for batch_id, ts in read.items() if not covered(batch_id) for t in ts]
-        try:
-            for manifest in manifests:
-                for name in manifest["files"]:
-                    path = sink / name
-                    if compacted_by != column:
-                        bounds = footers.bounds(path, column)
-                        if bounds is None or not _overlaps(bounds, start_us, end_us):
-                            continue
-                    tables.append(_read(path, column, start, end, columns))
-        except FileNotFoundError:
-            # The hour was compacted again (a new file, the old one gone) or expired: list again.
-            attempts -= 1
-            if not attempts:
-                raise
-            continue
-        break
-    # Spark's file sink (the joins; a directory an older netmon wrote): its files by statistics.
-    for path in sink_files(sink):
-        try:
-            bounds = footers.bounds(path, column)
-            if bounds is not None and _overlaps(bounds, start_us, end_us):
-                tables.append(_read(path, column, start, end, columns))
-        except FileNotFoundError:
-            continue  # expired meanwhile (retention leaves Spark's log as it is)
-    return tables
+                    continue  # compacted or expired meanwhile: covered by a manifest read after
+        return tables
+
+    def compacted(self, path: Path) -> list[pa.Table]:
+        if self.compacted_by != self.column:
+            bounds = self.footers.bounds(path, self.column)
+            if bounds is None or not _overlaps(bounds, self.start_us, self.end_us):
+                return []
+        return [_read(path, self.column, self.start, self.end, self.columns)]
+
+    def spark_files(self, sink: Path) -> list[pa.Table]:
+        """The rows of Spark's file sink (the joins; a directory an older netmon wrote): each
+        logged file by its statistics."""
+        tables = []
+        for path in sink_files(sink):
+            try:
+                bounds = self.footers.bounds(path, self.column)
+                if bounds is not None and _overlaps(bounds, self.start_us, self.end_us):
+                    tables.append(_read(path, self.column, self.start, self.end, self.columns))
+            except FileNotFoundError:
+                continue  # expired meanwhile (retention leaves Spark's log as it is)
+        return tables
 
 
 def read_range(
@@ -385,30 +311,14 @@ def read_range(
     """
     footers = _FOOTERS if footers is None else footers
     by = column if compacted_by is None else compacted_by
-    tables = [
-        t
-        for sink in sinks(Path(directory))
-        for t in _sink_tables(sink, column, by, start, end, columns, footers)
-    ]
+    tables: list[pa.Table] = []
+    for sink in sinks(Path(directory)):
+        batches = _Tables(column, by, start, end, columns, footers)
+        tables += read_sink(sink, batches, batches.start_us, batches.end_us, every_manifest=by != column)
+        tables += batches.spark_files(sink)
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
-
-
-def _newest_manifest_us(sink: Path) -> int | None:
-    """The newest row of a sink's compacted hours: the newest manifest's ``max_us``."""
-    try:
-        names = sorted((n for n in os.listdir(sink / COMPACTED) if n.endswith(".json")), reverse=True)
-    except OSError:
-        return None
-    for name in names:
-        try:
-            high = json.loads((sink / COMPACTED / name).read_text()).get("max_us")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if high is not None:
-            return int(high)
-    return None
 
 
 def newest(
@@ -426,15 +336,15 @@ def newest(
     by = column if compacted_by is None else compacted_by
     found: int | None = None
     for sink in sinks(Path(directory)):
-        candidates: list[int | None] = []
-        for batch_id in reversed(_commit_ids(sink)):
+
+        def newest_in_batch(batch_id: int, sink: Path = sink) -> int | None:
             bounds = _batch(sink, batch_id, column, footers).bounds
-            if bounds is not None:
-                candidates.append(bounds[1])
-                break
-        if not candidates and by == column:
-            candidates.append(_newest_manifest_us(sink))
-        elif not candidates:
+            return None if bounds is None else bounds[1]
+
+        candidates: list[int | None] = [newest_committed_us(sink, newest_in_batch)]
+        if candidates[0] is None and by == column:
+            candidates.append(newest_compacted_us(sink))
+        elif candidates[0] is None:
             for manifest in compactions(sink).values():
                 for name in manifest["files"]:
                     candidates.append(_newest_in(sink / name, column, footers))
@@ -442,7 +352,7 @@ def newest(
         for us in candidates:
             if us is not None and (found is None or us > found):
                 found = us
-    return None if found is None else _time(found)
+    return None if found is None else from_micros(found)
 
 
 def _newest_in(path: Path, column: str, footers: Footers) -> int | None:

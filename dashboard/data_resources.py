@@ -3,10 +3,11 @@
 The ``sys`` kind (``pipeline.sys_stats``, ``docs/results.md``) is one row per micro-batch of each
 pipeline query (``packets``, the shared query of traffic, top-k and distinct; ``joins``), one
 commit per batch under ``results/sys/<query>/``. A day at a 1 s trigger is 86,400 commits per
-query, so a read is bounded to the selected time range (:func:`read_recent`): the commits are
-named by batch id and written in batch order, after their batch's trigger, so a binary search on
-their modification times finds the first one the range can hold, and only the commits from there
-on are read (each once: :class:`_Rows` keeps the rows of the commits it has read).
+query, so a read is bounded to the selected time range (:func:`read_recent`,
+``netmon.results_range.read_rows``): the commits are named by batch id and written in batch
+order, after their batch's trigger, so a binary search on their modification times finds the
+first one the range can hold, and only the commits from there on are read (each once per
+dashboard process: a ``netmon.results_range.CommitRows`` keeps the rows of the commits read).
 
 Results maintenance (``pipeline.retention``, ``[retention] compact_after_s``) rewrites a query's
 older batches as one file per hour of batch time and removes their commits. A read also takes the
@@ -22,29 +23,17 @@ budgets they are held against.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, Workload, load_constants
 from dashboard import data
 from netmon.config import Config
-from netmon.results import (
-    COMMITS,
-    COMPACTED,
-    SHARED_QUERY,
-    compactions_between,
-    covered_by,
-    results_dir,
-)
+from netmon.results import SHARED_QUERY, results_dir
+from netmon.results_range import CommitRows, from_micros, newest_committed_us, read_rows, rows_span, sinks
 
 __all__ = [
     "BATCH_KINDS",
@@ -77,11 +66,8 @@ BATCH_KINDS = ("traffic", "topk", "distinct")
 #: The knobs a row records, as the page plots them over time.
 KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right")
 
-#: times a read lists a sink again when a compacted file went between listing and reading
-_READ_ATTEMPTS = 5
 #: a sink's newest commits tried for the newest batch time (one may be being replaced)
 _NEWEST_TRIED = 3
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 COLUMNS = [
     "query",
@@ -114,134 +100,25 @@ COLUMNS = [
 ]
 
 
-class _Rows:
-    """The rows of the commits read so far, by (sink, batch id) and commit time: a commit is
-    parsed once however often the page redraws; a rewritten one (same id, newer time) again.
-    At most ``max_entries`` (least recently used first out)."""
-
-    def __init__(self, max_entries: int = 20_000) -> None:
-        self.max_entries = max_entries
-        self._rows: OrderedDict[tuple[str, int], tuple[int, list[dict[str, Any]]]] = OrderedDict()
-        self._lock = threading.Lock()
-        #: commits parsed (for tests: a redraw parses only the new ones)
-        self.parsed = 0
-
-    def get(self, sink: Path, batch_id: int, mtime_ns: int) -> list[dict[str, Any]]:
-        key = (str(sink), batch_id)
-        with self._lock:
-            hit = self._rows.get(key)
-            if hit is not None and hit[0] == mtime_ns:
-                self._rows.move_to_end(key)
-                return hit[1]
-        rows = _commit_rows(sink, batch_id)
-        with self._lock:
-            self.parsed += 1
-            self._rows[key] = (mtime_ns, rows)
-            while len(self._rows) > self.max_entries:
-                self._rows.popitem(last=False)
-        return rows
+#: the cache of the commits' rows (``netmon.results_range.CommitRows``), as the tests name it
+_Rows = CommitRows
+_ROWS = CommitRows()
 
 
-_ROWS = _Rows()
-
-
-def _commit_rows(sink: Path, batch_id: int) -> list[dict[str, Any]]:
-    """The rows of one committed batch (``pipeline.batch_sink``'s layout); none if unreadable."""
-    try:
-        names = json.loads((sink / COMMITS / f"{batch_id}.json").read_text())["files"]
-        tables = [pq.read_table(sink / name) for name in names]
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
-        return []  # a commit being replaced: read at the next redraw
-    return [row for t in tables for row in t.to_pylist()]
-
-
-def _commits(sink: Path) -> list[int]:
-    """The batch ids committed in ``sink``, ascending (names only: no file is opened)."""
-    try:
-        names = os.listdir(sink / COMMITS)
-    except OSError:
-        return []
-    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
-
-
-def _mtime_ns(sink: Path, batch_id: int) -> int:
-    try:
-        return (sink / COMMITS / f"{batch_id}.json").stat().st_mtime_ns
-    except OSError:
-        return -1  # replaced meanwhile: counts as old
-
-
-def _first_at_or_after(sink: Path, ids: list[int], cutoff_ns: int) -> int:
-    """The index of the first of ``ids`` whose commit was written at ``cutoff_ns`` or later
-    (commits are written in batch order), by binary search: O(log n) file times."""
-    lo, hi = 0, len(ids)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _mtime_ns(sink, ids[mid]) < cutoff_ns:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _sinks(directory: Path) -> list[Path]:
-    """The ``sys`` kind's sinks: one per pipeline query, ``<directory>/<query>/``."""
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if (p / COMMITS).is_dir() or (p / COMPACTED).is_dir())
-
-
-def _newest(sinks: list[Path], cache: _Rows) -> dt.datetime | None:
+def _newest(queries: list[Path], cache: CommitRows) -> dt.datetime | None:
     """The newest batch time of any sink: its newest commit's (a sink's newest commits are never
     compacted, ``pipeline.retention.KEEP_NEWEST``; one being replaced: the one before)."""
-    found: list[dt.datetime] = []
-    for sink in sinks:
-        ids = _commits(sink)
-        for batch_id in reversed(ids[-_NEWEST_TRIED:]):
-            rows = cache.get(sink, batch_id, _mtime_ns(sink, batch_id))
-            if rows:
-                found.append(max(r["batch_time"] for r in rows))
-                break
-    return max(found, default=None)
+    found: list[int] = []
+    for sink in queries:
 
+        def newest(batch_id: int, sink: Path = sink) -> int | None:
+            span = rows_span(cache.get(sink, batch_id), TIME_COLUMN)
+            return None if span is None else span[1]
 
-def _compacted_rows(path: Path, start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
-    """The rows of a compacted file (``pipeline.retention``) whose batch time is in [start, end]."""
-    table = pq.read_table(path, filters=[(TIME_COLUMN, ">=", start), (TIME_COLUMN, "<=", end)])
-    return table.to_pylist()
-
-
-def _sink_rows(
-    sink: Path, start: dt.datetime, end: dt.datetime, cache: _Rows, *, to_newest: bool = False
-) -> list[dict[str, Any]]:
-    """One sink's rows of batch time [start, end] (and some around it, from the commits): the
-    commits written from :data:`SLACK_S` before ``start`` to as long after ``end`` (or the newest,
-    ``to_newest``), then the compacted hours the range overlaps; a batch a manifest covers from
-    its compacted file only."""
-    slack_ns = round(SLACK_S * 1e9)
-    start_us, end_us = _micros(start), _micros(end)
-    attempts = _READ_ATTEMPTS
-    while True:
-        # The commits first, the manifests second (netmon.results): a manifest is in place before
-        # the commits it covers go, so a batch compacted meanwhile is covered by one read below.
-        ids = _commits(sink)
-        first = _first_at_or_after(sink, ids, start_us * 1000 - slack_ns)
-        last = len(ids) if to_newest else _first_at_or_after(sink, ids, end_us * 1000 + slack_ns + 1)
-        batches = {b: cache.get(sink, b, _mtime_ns(sink, b)) for b in ids[first:last]}
-        manifests = list(compactions_between(sink, start_us, end_us).values())
-        covered = covered_by(manifests)
-        rows = [row for b, batch_rows in batches.items() if not covered(b) for row in batch_rows]
-        try:
-            for manifest in manifests:
-                for name in manifest["files"]:
-                    rows += _compacted_rows(sink / name, start, end)
-        except FileNotFoundError:
-            # The hour was compacted again (a new file, the old one gone) or expired: list again.
-            attempts -= 1
-            if not attempts:
-                raise
-            continue
-        return rows
+        us = newest_committed_us(sink, newest, tried=_NEWEST_TRIED)
+        if us is not None:
+            found.append(us)
+    return from_micros(max(found)) if found else None
 
 
 def read_between(
@@ -249,31 +126,31 @@ def read_between(
 ) -> pd.DataFrame:
     """The ``sys`` rows of batch time [start, end] (tz-aware), by query and batch id.
 
-    Per query, from the commits written in the range (with :data:`SLACK_S` either side; found
-    by binary search on their file times) and from the compacted hours (``pipeline.retention``)
-    whose rows overlap the range (``netmon.results.compactions_between``), each batch once: one
-    a manifest covers is read from its compacted file, never from its commit. The cost follows
-    the range, not the history.
+    Per query (``netmon.results_range.read_rows``), from the commits written in the range (with
+    :data:`SLACK_S` either side; found by binary search on their file times) and from the
+    compacted hours (``pipeline.retention``) whose rows overlap the range
+    (``netmon.results.compactions_between``), each batch once: one a manifest covers is read from
+    its compacted file, never from its commit. The cost follows the range, not the history.
     """
     cache = _ROWS if cache is None else cache
     rows: list[dict[str, Any]] = []
-    for sink in _sinks(Path(directory)):
-        rows += _sink_rows(sink, start, end, cache)
+    for sink in sinks(Path(directory)):
+        rows += read_rows(sink, TIME_COLUMN, start, end, cache, slack_s=SLACK_S)
     return _frame(rows, start, end)
 
 
 def read_recent(directory: Path, seconds: float, *, cache: _Rows | None = None) -> pd.DataFrame:
     """The ``sys`` rows of the last ``seconds`` of batch time, up to the newest batch of any query
-    (:func:`read_between`)."""
+    (:func:`read_between`; the commits from :data:`SLACK_S` before the range to the newest)."""
     cache = _ROWS if cache is None else cache
-    sinks = _sinks(Path(directory))
-    end = _newest(sinks, cache)
+    found = sinks(Path(directory))
+    end = _newest(found, cache)
     if end is None:
         return _empty()
     start = end - dt.timedelta(seconds=seconds)
     rows: list[dict[str, Any]] = []
-    for sink in sinks:
-        rows += _sink_rows(sink, start, end, cache, to_newest=True)
+    for sink in found:
+        rows += read_rows(sink, TIME_COLUMN, start, end, cache, slack_s=SLACK_S, to_newest=True)
     return _frame(rows, start, end)
 
 
@@ -290,11 +167,6 @@ def _frame(rows: list[dict[str, Any]], start: dt.datetime, end: dt.datetime) -> 
     df["batch_time"] = pd.to_datetime(df["batch_time"], utc=True)
     df = df[(df["batch_time"] >= pd.Timestamp(start)) & (df["batch_time"] <= pd.Timestamp(end))]
     return df.sort_values(["query", "batch_id"], kind="stable").reset_index(drop=True)
-
-
-def _micros(t: dt.datetime) -> int:
-    """A tz-aware time in microseconds since the epoch (as compaction manifests count)."""
-    return (t - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 @data.cached()

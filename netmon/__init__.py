@@ -4,10 +4,11 @@
 ``columns`` the record's column names and key specs (no pyarrow); ``records`` the packet-header
 record (Arrow schema, wire-format name and Spark DDL); ``filters`` the filter-expression grammar
 over records; ``results`` the results format (result directories and topics, commit logs,
-``read_results``; ``recent_results``: a per-batch sink's newest rows); ``logs`` quiet, structured
-logging; ``jvm_deps`` the JVM jars from Maven
-Central; ``broker`` the local KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic
-helpers; ``kafka_security`` the ``[kafka]`` authentication and TLS options every Kafka client gets;
+``read_results``; ``results_range``: a per-batch sink's rows in a time range, the one reader
+the dashboard and ``netmon explain`` share; ``recent_results``: a sink's newest rows); ``logs``
+quiet, structured logging; ``jvm_deps`` the JVM jars from Maven Central; ``broker`` the local
+KRaft Kafka broker (``--secure``: SASL_SSL); ``kafka_admin`` topic helpers; ``kafka_security``
+the ``[kafka]`` authentication and TLS options every Kafka client gets;
 ``supervisor`` the child processes of ``netmon up`` (restarts with backoff, ordered stop);
 ``orphans`` what keeps them from outliving a ``netmon up`` killed outright (parent-death signal,
 a guard process, a tag in their environment);
@@ -36,6 +37,7 @@ __all__ = [
     "recent_results",
     "records",
     "results",
+    "results_range",
     "spark_standalone",
     "supervisor",
 ]
