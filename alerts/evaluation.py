@@ -7,8 +7,10 @@ Every scenario of :mod:`ingest.generate` is generated at each rate (packets per 
 - an episode is **true** when its subject is one of the attack's attackers or victims and it
   overlaps the attack, ``[start, end + 2 windows]``; every other episode is **false**
   (so every episode on ``baseline`` is false);
-- an attack is **caught** when a true episode starts (its first report, a window end) at most two
-  windows after the attack's first packet;
+- an attack is **caught** when an episode of *its* rule (the rules labelled with the scenario,
+  ``labels.scenario``: ``port-scan`` for the port scan, ``ddos`` for the DDoS, ...) names the right
+  subject (a victim for a destination rule, ``query = "dst"``, an attacker for a source rule) and
+  starts (its first report, a window end) at most two windows after the attack's first packet;
 - precision = true / all episodes; recall = caught / attacks.
 
 Real captures (``captures``) with no attack in them are analysed too: every episode there is false.
@@ -19,17 +21,18 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from alerts.defaults import DETECTION_RULES
 from alerts.offline import Episode, analyze_capture
 from ingest.generate import SCENARIOS, generate
 from netmon.config import AlertRule, AlertsConfig
 
-__all__ = ["RATES", "AlertEvaluation", "Run", "run_evaluation", "score"]
+__all__ = ["RATES", "AlertEvaluation", "Run", "attack_rules", "run_evaluation", "score"]
 
 #: packets per second evaluated by default
 RATES = (1_000, 10_000, 50_000)
@@ -52,6 +55,8 @@ class Run:
     delay_s: float | None
     #: "rule subject" of each false episode
     false: tuple[str, ...] = ()
+    #: "rule subject" of the first episode that caught the attack
+    caught_by: str = ""
 
 
 @dataclass
@@ -85,6 +90,14 @@ class AlertEvaluation:
             )
         return lines
 
+    def to_dict(self) -> dict[str, Any]:
+        """What ``netmon eval alerts --json`` prints: every run, the checks, the files written."""
+        return {
+            "runs": [asdict(r) | {"false": list(r.false)} for r in self.runs],
+            "checks": [{"claim": c, "holds": h, "evidence": e} for c, h, e in self.checks],
+            "files": [str(p) for p in self.files],
+        }
+
 
 def _ratio(a: int, b: int) -> str:
     return f"{a / b:.2f}" if b else "-"
@@ -103,16 +116,52 @@ def _is_true(e: Episode, truth: dict[str, Any], window_s: float) -> bool:
     return e.subject in entities and e.last >= start and e.first <= end + 2 * window_s
 
 
+def attack_rules(scenario: str, rules: Sequence[AlertRule] = ()) -> frozenset[str]:
+    """The names of the rules meant to catch ``scenario``: those labelled with it
+    (``labels.scenario``), among ``rules`` and the built-in detection rules (a configured rule that
+    replaces a built-in one keeps its name)."""
+    return frozenset(r.name for r in (*DETECTION_RULES, *rules) if r.labels.get("scenario") == scenario)
+
+
+def _right_subject(e: Episode, truth: dict[str, Any]) -> bool:
+    """The episode names the side of the attack its rule looks at: a destination rule a victim, a
+    source rule an attacker."""
+    side = {"dst": truth["victims"], "src": truth["attackers"]}.get(e.query)
+    return e.subject in (side if side is not None else {*truth["attackers"], *truth["victims"]})
+
+
 def score(
-    episodes: Sequence[Episode], truth: dict[str, Any], window_s: float
+    episodes: Sequence[Episode],
+    truth: dict[str, Any],
+    window_s: float,
+    rules: Collection[str] | None = None,
 ) -> tuple[int, int, float | None]:
-    """(true episodes, caught 0/1, delay from the attack's start) of one capture's episodes."""
+    """(true episodes, caught 0/1, delay from the attack's start) of one capture's episodes.
+
+    ``rules``: only an episode of one of these rules, naming the right side of the attack
+    (:func:`attack_rules`), catches it; None: any true episode does."""
     true = [e for e in episodes if _is_true(e, truth, window_s)]
+    if rules is not None:
+        true_catching = [e for e in true if e.rule in rules and _right_subject(e, truth)]
+    else:
+        true_catching = true
     if not true:
         return 0, 0, None
     start = _epoch(truth["start"])
-    in_time = [e.first - start for e in true if e.first <= start + 2 * window_s + 1e-9]
+    in_time = [e.first - start for e in true_catching if e.first <= start + 2 * window_s + 1e-9]
     return len(true), int(bool(in_time)), (min(in_time) if in_time else None)
+
+
+def _caught_by(
+    episodes: Sequence[Episode], truth: dict[str, Any], window_s: float, rules: Collection[str]
+) -> str:
+    if truth.get("start") is None:
+        return ""
+    limit = _epoch(truth["start"]) + 2 * window_s + 1e-9
+    for e in episodes:  # sorted by first report
+        if e.rule in rules and _right_subject(e, truth) and _is_true(e, truth, window_s) and e.first <= limit:
+            return f"{e.rule} {e.subject}"
+    return ""
 
 
 def run_evaluation(
@@ -145,10 +194,12 @@ def run_evaluation(
                     episodes = analyze_capture([path], rules, alerts)
                     path.unlink()
                     truth = summary.details["truth"]
-                    true, caught, delay = score(episodes, truth, window)
+                    expected = attack_rules(scenario, rules)
+                    true, caught, delay = score(episodes, truth, window, expected)
                     false = _false(episodes, truth, window)
                     run = Run("generated", scenario, rate, seed, summary.packets, len(episodes), true,
-                              int(truth["start"] is not None), caught, delay, false)  # fmt: skip
+                              int(truth["start"] is not None), caught, delay, false,
+                              _caught_by(episodes, truth, window, expected))  # fmt: skip
                     result.runs.append(run)
                     log(
                         f"{scenario} {rate:,}/s seed {seed}: {len(episodes)} episodes, {true} true, "
@@ -181,12 +232,24 @@ def _checks(result: AlertEvaluation, window: float) -> None:
     missed = [f"{r.scenario} {r.rate}/s seed {r.seed}" for r in attacks if not r.caught]
     result.checks.append(
         (
-            f"every attack alerted with the right subject within two windows ({2 * window:g} s) of its start",
+            f"every attack alerted by its rule with the right subject within two windows ({2 * window:g} s)"
+            " of its start",
             not missed,
             f"{len(attacks) - len(missed)}/{len(attacks)} caught"
             + (f"; missed: {', '.join(missed)}" if missed else ""),
         )
     )
+    generated = [r for r in result.runs if r.source == "generated" and r.scenario != "baseline"]
+    if generated:
+        false = [f"{r.scenario} {r.rate}/s seed {r.seed}: {f}" for r in generated for f in r.false]
+        result.checks.append(
+            (
+                "no false episode on the attack captures (each names the attack's attacker or victim)",
+                not false,
+                f"{len(false)} false episodes over {len(generated)} attack captures"
+                + (f": {'; '.join(false)}" if false else ""),
+            )
+        )
 
 
 def _write(result: AlertEvaluation, out: Path) -> list[Path]:

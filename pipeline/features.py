@@ -44,16 +44,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics.alert_features import (
-    CONTROL_COLUMNS,
     FEATURE_COLUMNS,
     control_records,
     features_of,
-    records_frame,
 )
 from netmon.config import Config
 from netmon.records import ARROW_SCHEMA
@@ -241,15 +238,14 @@ class SlidingFeatures:
         self, pairs: pa.Table, control: pa.Table, newest_us: int | None, first_open: int
     ) -> pa.Table:
         """The rows of the closed windows (those of ``pairs``) from the buffer."""
+        # Arrow columns straight in: the addresses are dictionary-encoded, never Python strings row by row
         dst_src = pc.split_pattern(pairs["key"], ",", max_splits=1)
-        frame = pd.DataFrame(
-            {
-                "w": pairs["w"].to_numpy(),
-                "dst": pc.list_element(dst_src, 0).to_numpy(zero_copy_only=False),
-                "src": pc.list_element(dst_src, 1).to_numpy(zero_copy_only=False),
-                "packets": pairs["packets"].to_numpy(),
-            }
-        )
+        frame = {
+            "w": pairs["w"],
+            "dst": pc.list_element(dst_src, 0),
+            "src": pc.list_element(dst_src, 1),
+            "packets": pairs["packets"],
+        }
         found = features_of(
             frame,
             _control_frame(control),
@@ -281,14 +277,19 @@ class SlidingFeatures:
                     path.unlink(missing_ok=True)
 
 
-def _control_frame(control: pa.Table) -> pd.DataFrame:
-    """Buffered control records as :func:`analytics.alert_features.records_frame` has them (ns)."""
-    if not control.num_rows:
-        return pd.DataFrame(
-            {c: pd.Series(dtype=object if c in ("src", "dst") else "int64") for c in CONTROL_COLUMNS}
-        )
-    records = control.set_column(0, "ts", pc.multiply(control["ts"], 1000))
-    return records_frame([records])[list(CONTROL_COLUMNS)]
+def _control_frame(control: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """Buffered control records as :data:`analytics.alert_features.CONTROL_COLUMNS` (``t`` in ns,
+    nulls -1), Arrow columns."""
+    columns = {"t": pc.multiply(control["ts"], 1000), "src": control["src_ip"], "dst": control["dst_ip"]}
+    for column, name in (
+        ("proto", "proto"),
+        ("src_port", "sport"),
+        ("dst_port", "dport"),
+        ("tcp_flags", "flags"),
+        ("icmp_type", "icmp"),
+    ):
+        columns[name] = control[column].fill_null(-1).cast(pa.int64())
+    return columns
 
 
 def _rows(found: list[dict[str, Any]]) -> pa.Table:

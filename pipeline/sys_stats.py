@@ -80,7 +80,7 @@ _UTC_US = pa.timestamp("us", tz="UTC")
 
 #: The shared query's parts whose seconds a row carries (``SharedBatch.seconds``): ``stage1`` (the
 #: Kafka read, decode and every kind's stage 1) and each batch kind's own step.
-BATCH_KIND_SECONDS = ("stage1", "traffic", "topk", "distinct")
+BATCH_KIND_SECONDS = ("stage1", "traffic", "topk", "distinct", "features")
 
 #: The columns of ``results/sys/`` (``docs/results.md``, "sys").
 SYS_SCHEMA = pa.schema(

@@ -100,15 +100,27 @@ def run(cfg: Config, alerts: AlertsConfig, idle_exit: float | None) -> None:
 @pass_alerts
 @pass_config
 def rules(cfg: Config, alerts: AlertsConfig, as_json: bool) -> None:
-    """The rules in effect (built-in and configured) and any evaluation problems."""
-    from alerts.defaults import effective_rules
+    """The rules `netmon alerts run` evaluates (built-in and configured) and any evaluation problems.
+
+    The built-in rules are the detection rules when the pipeline publishes the features kind
+    ([pipeline] kinds has "features"), the threshold rules otherwise (docs/alerts.md, "Streaming")."""
+    from alerts.defaults import DETECTION_RULES, effective_rules, service_builtin
     from alerts.outbox import outbox_path
 
     problems = _outbox(cfg).problems() if outbox_path(cfg.paths.state_dir).exists() else {}
-    for r in effective_rules(alerts):
+    builtin = service_builtin(cfg)
+    if not as_json and alerts.builtin_rules:
+        detection = builtin[: len(DETECTION_RULES)] == DETECTION_RULES
+        click.echo(
+            "built-in rules: the detection rules (the pipeline publishes the features kind)"
+            if detection
+            else "built-in rules: the threshold rules ([pipeline] kinds without features)"
+        )
+    for r in effective_rules(alerts, builtin):
         problem = problems.get(r.name)
         if as_json:
-            item = {"name": r.name, "condition": r.condition(), "severity": r.severity, "enabled": r.enabled}
+            item: dict[str, Any] = {"name": r.name, "source": r.source, "mode": r.mode}
+            item |= {"condition": r.condition(), "severity": r.severity, "enabled": r.enabled}
             click.echo(json.dumps(item | {"labels": r.labels, "problem": problem and problem[0]}))
             continue
         state = "" if r.enabled else " (disabled)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def _ints(text: str) -> tuple[int, ...]:
     type=click.Path(file_okay=False),
     help="Directory for alerts.csv and alerts.md.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print every run and the checks as one JSON object.")
 @pass_config
 def command(
     cfg: Config,
@@ -53,9 +55,11 @@ def command(
     duration_s: float,
     captures: tuple[str, ...],
     out: str,
+    as_json: bool,
 ) -> None:
     """Generate every scenario at each rate and seed, run `netmon analyze alerts` on it, and score
-    the episodes against the generator's ground truth (docs/evaluation.md, "Alerts")."""
+    the episodes against the generator's ground truth (docs/evaluation.md, "Alerts"). Exit 1 when a
+    check fails: an episode on baseline traffic, an attack its rule missed, a false episode."""
     from alerts.defaults import DETECTION_RULES, effective_rules
     from alerts.evaluation import run_evaluation
 
@@ -73,8 +77,11 @@ def command(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo("\n".join(result.table()))
-    for claim, holds, evidence in result.checks:
-        click.echo(f"{'ok  ' if holds else 'FAIL'} {claim}: {evidence}")
-    click.echo(f"wrote {', '.join(str(p) for p in result.files)}")
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo("\n".join(result.table()))
+        for claim, holds, evidence in result.checks:
+            click.echo(f"{'ok  ' if holds else 'FAIL'} {claim}: {evidence}")
+        click.echo(f"wrote {', '.join(str(p) for p in result.files)}")
     sys.exit(0 if all(holds for _, holds, _ in result.checks) else 1)

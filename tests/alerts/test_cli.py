@@ -105,6 +105,50 @@ def test_rules_lists_builtin_and_configured_rules(state_cfg: Config, tmp_path: P
     ]
 
 
+def test_rules_lists_the_detection_rules_when_the_pipeline_publishes_features(
+    state_cfg: Config, tmp_path: Path
+) -> None:
+    """`rules` lists what `alerts run` evaluates (``AlertService.rules``), not the threshold rules."""
+    from alerts.defaults import DETECTION_RULES
+    from alerts.service import AlertService
+    from netmon.config import alerts_config
+
+    kinds = ("traffic", "topk", "distinct", "features", "joins", "shedding", "sys")
+    cfg = state_cfg.replace(pipeline={"kinds": kinds})
+    path = alerts_toml(tmp_path, "http://127.0.0.1:9/")
+    result = invoke(cfg, "--alerts-config", path, "rules")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "built-in rules: the detection rules (the pipeline publishes the features kind)"
+    assert "ddos [critical]: distinct[ddos-sources-per-destination] distinct > 200 per group" not in lines
+    for rule in DETECTION_RULES:
+        assert f"{rule.name} [{rule.severity}]: {rule.condition()}" in lines
+    rows = [
+        json.loads(line)
+        for line in invoke(cfg, "--alerts-config", path, "rules", "--json").output.splitlines()
+    ]
+    in_force = AlertService(cfg, alerts_config(cfg, path)).rules
+    assert [(r["name"], r["source"], r["condition"]) for r in rows] == [
+        (r.name, r.source, r.condition()) for r in in_force
+    ]
+    assert [r["name"] for r in rows] == [
+        "port-scan",
+        "host-scan",
+        "ddos",
+        "syn-flood",
+        "heavy-hitter",
+        "pipeline-overload",
+        "pipeline-lag",
+        "link-rate",
+        "big-victim",
+    ]
+    assert next(r for r in rows if r["name"] == "ddos")["mode"] == "baseline"
+    # without the features kind: the threshold rules, and the first line says so
+    plain = invoke(state_cfg, "--alerts-config", path, "rules").output.splitlines()
+    assert plain[0].startswith("built-in rules: the threshold rules")
+    assert "ddos [critical]: distinct[ddos-sources-per-destination] distinct > 200 per group" in plain
+
+
 def test_bad_alerts_config_is_a_clean_error(state_cfg: Config, tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('[[alerts.rules]]\nname = "x"\nsource = "flows"\nfield = "n"\nthreshold = 1\n')

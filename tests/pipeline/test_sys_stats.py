@@ -191,6 +191,7 @@ EXPECTED_PACKETS = {
     "traffic_s": 0.05,
     "topk_s": 0.1,
     "distinct_s": 0.04,
+    "features_s": None,  # the features kind did not run in this batch (not in FIGURES.seconds)
     "state_rows": None,  # no state operator: the batch kinds keep their state in their own files
     "state_bytes": None,
     "join_state_rows": None,
@@ -222,6 +223,7 @@ EXPECTED_JOINS = {
     "traffic_s": None,
     "topk_s": None,
     "distinct_s": None,
+    "features_s": None,
     "state_rows": 8,
     "state_bytes": 20480,
     "join_state_rows": 340,  # 280 + 20 + 30 + 10
