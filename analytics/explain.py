@@ -45,7 +45,7 @@ STALE_S = 120.0
 SPAN_S = 60.0
 #: The ``sys`` columns of the seconds a shared query's parts took (``pipeline.sys_stats``):
 #: ``stage1`` the shared read and decode, then each batch kind's own step.
-_PART_SECONDS = ("stage1", "traffic", "topk", "distinct")
+_PART_SECONDS = ("stage1", "traffic", "topk", "distinct", "features")
 
 
 def query_plan(cfg: Config, e: Estimate) -> str:

@@ -64,7 +64,7 @@ TIME_COLUMN = "batch_time"
 #: The kinds the shared query runs (their estimates add up to its cost).
 BATCH_KINDS = ("traffic", "topk", "distinct")
 #: The knobs a row records, as the page plots them over time.
-KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right")
+KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right", "sample_keep")
 
 #: a sink's newest commits tried for the newest batch time (one may be being replaced)
 _NEWEST_TRIED = 3
@@ -88,6 +88,7 @@ COLUMNS = [
     "traffic_s",
     "topk_s",
     "distinct_s",
+    "features_s",
     "state_rows",
     "state_bytes",
     "join_state_rows",
@@ -97,6 +98,8 @@ COLUMNS = [
     "shed_x_left",
     "shed_x_right",
     "shed_fractions",
+    "sample_keep",
+    "sample_fractions",
 ]
 
 

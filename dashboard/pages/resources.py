@@ -85,7 +85,11 @@ def panel() -> None:
         fig.add_hline(y=BUDGETS["shedding_cpu"], line_dash="dot", annotation_text="[shedding] cpu_budget")
     fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="CPU s per s", legend_title="")
     st.plotly_chart(fig, width="stretch")
-    parts = [c for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s") if rows[c].notna().any()]
+    parts = [
+        c
+        for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s", "features_s")
+        if c in rows and rows[c].notna().any()
+    ]
     if parts:
         fig = px.area(rows, x="batch_time", y=parts, title="Seconds per batch: the shared pass and each kind")
         fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="s", legend_title="")
