@@ -10,10 +10,13 @@ under ``<state_dir>/cluster/``:
   static quorum's voters (``controller.quorum.voters``), so a majority keeps the metadata going;
 - ``spark-master/`` and ``spark-worker-<i>/``: each daemon's ``spark.out`` and work directory;
 - ``cluster.json``: the record of what runs (pids, ports, bootstrap servers, master URL). ``down``
-  stops workers, then the master, then the brokers, and removes it.
+  stops workers, then the master, then the brokers, and removes it;
+- ``kept.json``: after ``down`` (without ``wipe``), the record of the stopped cluster: its cluster
+  id and every process's ports. The next ``up`` with as many brokers restarts the same nodes on the
+  same ports with their storage (no format, the same ``controller.quorum.voters``), and the Spark
+  daemons on their ports. ``down(wipe=True)`` removes the whole directory instead.
 
-Each ``up`` from nothing formats fresh storage (the ports, and so the quorum, are new each time):
-the local cluster is for trying out and testing a deployment, not for keeping data.
+An ``up`` with nothing kept formats fresh storage on new free ports (a new quorum).
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ __all__ = [
     "LocalCluster",
     "free_ports",
     "kafka_jvm_args",
+    "kept_line",
     "node_properties",
+    "port_in_use",
     "quorum_voters",
     "replication_defaults",
     "write_properties",
@@ -69,6 +74,8 @@ log = logging.getLogger(__name__)
 
 #: the order ``down`` stops the roles in: what uses the brokers goes first
 STOP_ORDER = ("spark-worker", "spark-master", "kafka")
+#: the file a formatted Kafka log dir holds (its cluster id and node id)
+META_PROPERTIES = "meta.properties"
 
 
 class ClusterError(RuntimeError):
@@ -174,9 +181,11 @@ def kafka_jvm_args(java: str, classpath: str, heap: str, logs_dir: Path) -> list
 # -- ports ----------------------------------------------------------------------------------------
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+def free_ports(count: int, host: str = "127.0.0.1", *, avoid: Iterable[int] = ()) -> list[int]:
     """``count`` distinct free ports below the kernel's ephemeral range (a port ``bind(0)`` hands
-    out can be handed out again, to an outgoing connection, before our JVM binds it)."""
+    out can be handed out again, to an outgoing connection, before our JVM binds it), none of
+    ``avoid``."""
+    avoided = set(avoid)
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -187,7 +196,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         if len(ports) == count:
             return ports
         port = rng.randrange(20000, min(low, 32768))
-        if port in ports:
+        if port in ports or port in avoided:
             continue
         with socket.socket() as s:
             try:
@@ -236,10 +245,14 @@ class ClusterStatus:
     #: the workers the master reports ALIVE
     spark_workers: list[dict[str, Any]]
     spark_error: str
+    #: when not up: the record of the stopped cluster whose storage ``down`` kept (else empty)
+    kept: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        kept = {k: self.kept.get(k) for k in ("brokers", "workers", "cluster_id", "stopped")}
         return {
             "up": self.up,
+            "kept": kept if self.kept else None,
             **self.record,
             "processes": [{**asdict(p), "alive": alive} for p, alive in self.processes],
             "kafka_brokers": self.kafka_brokers,
@@ -250,7 +263,7 @@ class ClusterStatus:
 
     def lines(self) -> list[str]:
         if not self.record:
-            return ["not up"]
+            return ["not up", *([kept_line(self.kept)] if self.kept else [])]
         out = []
         for p, alive in self.processes:
             ports = ", ".join(f"{k} {v}" for k, v in p.ports.items())
@@ -265,6 +278,18 @@ class ClusterStatus:
         else:
             out.append(f"spark: {len(self.spark_workers)} workers ALIVE at {self.record.get('master_url')}")
         return out
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Something listens on ``host:port`` (or holds it otherwise), so a JVM could not bind it. With
+    ``SO_REUSEADDR``, as the JVMs bind: the previous run's connections in TIME_WAIT do not count."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _reap(pid: int) -> None:
@@ -300,6 +325,15 @@ def _terminate(procs: list[ClusterProcess], grace_s: float) -> list[str]:
     return [f"{p.name}: {said[p.name]}" for p in procs]
 
 
+def kept_line(kept: Mapping[str, Any]) -> str:
+    """One line on a stopped cluster whose storage is kept."""
+    return (
+        f"storage of a stopped cluster kept ({kept.get('brokers')} brokers, cluster id "
+        f"{kept.get('cluster_id')}, stopped {kept.get('stopped')}): `netmon cluster up --brokers "
+        f"{kept.get('brokers')}` restarts it, `netmon cluster down --wipe` removes it"
+    )
+
+
 # -- the cluster ----------------------------------------------------------------------------------
 
 
@@ -311,25 +345,27 @@ class LocalCluster:
         self.host = host
         self.home = Path(cfg.paths.state_dir) / "cluster"
         self.record_file = self.home / "cluster.json"
+        self.kept_file = self.home / "kept.json"
 
     # -- the record --------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
         """The record of the cluster ``up`` started (empty when there is none)."""
-        try:
-            data = json.loads(self.record_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return _read_json(self.record_file)
+
+    def kept(self) -> dict[str, Any]:
+        """The record of the stopped cluster whose storage ``down`` kept (empty when there is none)."""
+        return _read_json(self.kept_file)
 
     def processes(self, record: Mapping[str, Any] | None = None) -> list[ClusterProcess]:
         rec = self.record() if record is None else record
         return [ClusterProcess(**p) for p in rec.get("processes", [])]
 
-    def _save(self, record: Mapping[str, Any]) -> None:
+    def _save(self, record: Mapping[str, Any], path: Path | None = None) -> None:
+        target = self.record_file if path is None else path
         self.home.mkdir(parents=True, exist_ok=True)
-        tmp = self.record_file.with_suffix(".tmp")
+        tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, self.record_file)
+        os.replace(tmp, target)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def up(
@@ -343,7 +379,10 @@ class LocalCluster:
     ) -> tuple[dict[str, Any], bool]:
         """Start the cluster and return ``(record, reused)`` once the metadata lists every broker and
         the master every worker ALIVE. A cluster already up is reused (``reused`` True) whatever
-        its size; one with a dead process is an error (``down`` first)."""
+        its size; one with a dead process is an error (``down`` first). When ``down`` kept the
+        storage of a stopped cluster, that cluster is restarted (``record["restarted"]`` True): the
+        same nodes, ports and storage; ``brokers`` must be its number of brokers (``workers`` may
+        differ: a new worker gets new ports)."""
         if brokers < 1 or workers < 0 or worker_cores < 1:
             raise ClusterError(
                 f"expected brokers >= 1, workers >= 0, worker cores >= 1; got {brokers}, {workers}, "
@@ -358,53 +397,119 @@ class LocalCluster:
                     "run `netmon cluster down` first"
                 )
             return current, True
+        kept = self.kept()
+        layout = self._check_kept(kept, brokers) if kept else None
         java = shutil.which("java")
         if java is None:
             raise ClusterError("Java not found on PATH: Kafka and Spark need Java 17 or newer")
         classpath = ensure_jars(self.cfg.paths.cache_dir, "broker").classpath
-        # From nothing: the previous cluster's storage belongs to another quorum.
-        shutil.rmtree(self.home, ignore_errors=True)
-        self.home.mkdir(parents=True)
-        ports = free_ports(2 * brokers + 2 + 2 * workers, self.host)
-        nodes = [KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(brokers)]
-        master_port, master_webui = ports[2 * brokers], ports[2 * brokers + 1]
-        specs = [
-            WorkerSpec(
-                worker_cores, worker_memory, ports[2 * brokers + 2 + 2 * i], ports[2 * brokers + 3 + 2 * i]
-            )
-            for i in range(workers)
-        ]
+        now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if layout is None:
+            # From nothing: storage left here (an `up` that failed) belongs to another quorum.
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home.mkdir(parents=True)
+            ports = free_ports(2 * brokers + 2 + 2 * workers, self.host)
+            nodes = [KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(brokers)]
+            master_port, master_webui = ports[2 * brokers], ports[2 * brokers + 1]
+            worker_ports = [
+                (ports[2 * brokers + 2 + 2 * i], ports[2 * brokers + 3 + 2 * i]) for i in range(workers)
+            ]
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            created = now
+        else:
+            nodes, (master_port, master_webui), worker_ports = layout
+            worker_ports = worker_ports[:workers]
+            if len(worker_ports) < workers:
+                taken = [p for n in nodes for p in (n.port, n.controller_port)]
+                taken += [master_port, master_webui, *(p for w in layout[2] for p in w)]
+                extra = free_ports(2 * (workers - len(worker_ports)), self.host, avoid=taken)
+                worker_ports += [(extra[i], extra[i + 1]) for i in range(0, len(extra), 2)]
+            cluster_id = str(kept["cluster_id"])
+            created = str(kept.get("created") or kept.get("started") or "")
+        specs = [WorkerSpec(worker_cores, worker_memory, port, webui) for port, webui in worker_ports]
         record: dict[str, Any] = {
             "host": self.host,
-            "cluster_id": base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="),
+            "cluster_id": cluster_id,
             "brokers": brokers,
             "workers": workers,
             "bootstrap_servers": ",".join(f"{self.host}:{n.port}" for n in nodes),
             "master_url": f"spark://{self.host}:{master_port}",
             "master_webui": f"http://{self.host}:{master_webui}",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "created": created,
+            "started": now,
+            "restarted": layout is not None,
             "processes": [],
         }
         try:
-            self._start_kafka(record, nodes, java, classpath)
+            self._start_kafka(record, nodes, java, classpath, format_storage=layout is None)
             self._start_spark(record, master_port, master_webui, specs)
             self._wait(record, nodes, master_webui, workers, timeout_s)
         except BaseException:
             _terminate(self.processes(record), 15.0)
-            self.record_file.unlink(missing_ok=True)
+            self.record_file.unlink(missing_ok=True)  # a kept cluster's kept.json stays: `up` again
             raise
+        self.kept_file.unlink(missing_ok=True)
         log.info(
-            "cluster up",
+            "cluster restarted" if layout else "cluster up",
             extra={"bootstrap": record["bootstrap_servers"], "master": record["master_url"]},
         )
         return record, False
 
-    def down(self, grace_s: float = 30.0) -> list[str]:
-        """Stop workers, then the master, then the brokers (SIGTERM, ``grace_s``, SIGKILL); remove
-        the record. One line per process; ``["not up"]`` when there is no record."""
+    def _check_kept(
+        self, kept: Mapping[str, Any], brokers: int
+    ) -> tuple[list[KafkaNode], tuple[int, int], list[tuple[int, int]]]:
+        """The kept cluster's nodes, master ports and worker ports, once its size matches
+        ``brokers``, its storage is there and every recorded port is free; else a one-line error."""
+        wipe = "`netmon cluster down --wipe` first to start a new cluster"
+        if kept.get("brokers") != brokers:
+            raise ClusterError(
+                f"the stopped cluster kept in {self.home} has {kept.get('brokers')} brokers, not {brokers}: "
+                f"`netmon cluster up --brokers {kept.get('brokers')}` restarts it; {wipe}"
+            )
+        if kept.get("host") != self.host or not kept.get("cluster_id"):
+            raise ClusterError(f"the record {self.kept_file} is not of a cluster on {self.host}: {wipe}")
+        procs = self.processes(kept)
+        nodes = sorted(
+            (
+                KafkaNode(int(p.name.split("-", 1)[1]), p.ports["client"], p.ports["controller"])
+                for p in procs
+                if p.role == "kafka"
+            ),
+            key=lambda n: n.node_id,
+        )
+        masters = [p for p in procs if p.role == "spark-master"]
+        workers = sorted(
+            (p for p in procs if p.role == "spark-worker"), key=lambda p: int(p.name.rsplit("-", 1)[1])
+        )
+        if [n.node_id for n in nodes] != list(range(1, brokers + 1)) or len(masters) != 1:
+            raise ClusterError(f"the record {self.kept_file} lacks processes of the cluster: {wipe}")
+        for node in nodes:
+            meta = self.home / f"kafka-{node.node_id}" / "data" / META_PROPERTIES
+            if not meta.is_file():
+                raise ClusterError(f"the kept storage of kafka-{node.node_id} is missing ({meta}): {wipe}")
+        for p in procs:
+            for kind, port in p.ports.items():
+                if port_in_use(port, self.host):
+                    raise ClusterError(
+                        f"port {port} ({p.name} {kind}) of the stopped cluster kept in {self.home} is "
+                        f"in use by another process: stop it and `netmon cluster up` again, or {wipe} "
+                        "on new ports"
+                    )
+        master = (masters[0].ports["master"], masters[0].ports["webui"])
+        return nodes, master, [(w.ports["worker"], w.ports["webui"]) for w in workers]
+
+    def down(self, grace_s: float = 30.0, *, wipe: bool = False) -> list[str]:
+        """Stop workers, then the master, then the brokers (SIGTERM, ``grace_s``, SIGKILL); move the
+        record to ``kept.json`` (the next ``up`` restarts the cluster with its storage), or with
+        ``wipe`` remove the whole cluster directory. One line per process and one on the storage;
+        ``["not up", ...]`` when there is no record (``wipe`` then still removes kept storage)."""
         record = self.record()
         if not record:
-            return ["not up"]
+            kept = self.kept()
+            if wipe and self.home.exists():
+                shutil.rmtree(self.home)
+                return ["not up", f"storage removed ({self.home})"]
+            return ["not up", *([kept_line(kept)] if kept else [])]
         procs = self.processes(record)
         said = []
         for role in STOP_ORDER:
@@ -412,15 +517,22 @@ class LocalCluster:
         alive = [p.name for p in procs if p.alive()]
         if alive:
             raise ClusterError(f"still running after SIGKILL: {', '.join(alive)}; record kept")
-        self.record_file.unlink(missing_ok=True)
-        log.info("cluster down", extra={"processes": len(procs)})
+        if wipe:
+            shutil.rmtree(self.home)
+            said.append(f"storage removed ({self.home})")
+        else:
+            kept = {**record, "stopped": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            self._save(kept, self.kept_file)
+            self.record_file.unlink(missing_ok=True)
+            said.append(kept_line(kept))
+        log.info("cluster down", extra={"processes": len(procs), "wipe": wipe})
         return said
 
     def status(self, timeout_s: float = 5.0) -> ClusterStatus:
         """Each process alive or dead, the brokers in the metadata, the workers ALIVE at the master."""
         record = self.record()
         if not record:
-            return ClusterStatus(False, {}, [], [], "", [], "")
+            return ClusterStatus(False, {}, [], [], "", [], "", self.kept())
         procs = [(p, p.alive()) for p in self.processes(record)]
         brokers: list[dict[str, Any]] = []
         kafka_error = spark_error = ""
@@ -441,17 +553,26 @@ class LocalCluster:
         return ClusterStatus(up, record, procs, brokers, kafka_error, workers, spark_error)
 
     # -- internals ---------------------------------------------------------------------------------
-    def _start_kafka(self, record: dict[str, Any], nodes: list[KafkaNode], java: str, classpath: str) -> None:
-        """Write every node's properties, format every log dir with the record's cluster id, then
-        start the nodes."""
+    def _start_kafka(
+        self,
+        record: dict[str, Any],
+        nodes: list[KafkaNode],
+        java: str,
+        classpath: str,
+        *,
+        format_storage: bool = True,
+    ) -> None:
+        """Write every node's properties, format every log dir with the record's cluster id (not a
+        kept cluster's: its storage is formatted), then start the nodes."""
         for node in nodes:
             home = self.home / f"kafka-{node.node_id}"
-            (home / "logs").mkdir(parents=True)
+            (home / "logs").mkdir(parents=True, exist_ok=True)
             settings = node_properties(
                 node, nodes, self.host, home / "data", partitions=self.cfg.kafka.partitions
             )
             write_properties(home / "server.properties", settings)
-        self._format(record["cluster_id"], nodes, java, classpath)
+        if format_storage:
+            self._format(record["cluster_id"], nodes, java, classpath)
         for node in nodes:
             home = self.home / f"kafka-{node.node_id}"
             props = home / "server.properties"
@@ -493,7 +614,7 @@ class LocalCluster:
 
     def _start_spark(self, record: dict[str, Any], port: int, webui: int, specs: list[WorkerSpec]) -> None:
         home = self.home / "spark-master"
-        home.mkdir()
+        home.mkdir(exist_ok=True)
         pid = start_master(self.host, port, webui, home, home / "spark.out")
         self._add(
             record,
@@ -508,7 +629,7 @@ class LocalCluster:
         )
         for i, spec in enumerate(specs, 1):
             home = self.home / f"spark-worker-{i}"
-            home.mkdir()
+            home.mkdir(exist_ok=True)
             pid = start_worker(record["master_url"], self.host, spec, home, home / "spark.out")
             self._add(
                 record,
@@ -585,6 +706,14 @@ def metadata_brokers(bootstrap: str, timeout_s: float) -> list[dict[str, Any]]:
         ),
         key=lambda b: b["node_id"],
     )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _reason(log_file: Path) -> str:

@@ -52,7 +52,8 @@ def up(
     timeout_s: float,
     as_json: bool,
 ) -> None:
-    """Start the cluster (or reuse the one already up); print its bootstrap servers and master URL."""
+    """Start the cluster (or reuse the one already up, or restart the one `down` stopped, with its
+    storage and ports); print its bootstrap servers and master URL."""
     from netmon.cluster import ClusterError
     from netmon.jvm_deps import JvmDepsError
     from netmon.spark_standalone import SparkStandaloneError
@@ -71,6 +72,13 @@ def up(
             f"already up ({record['brokers']} brokers, {record['workers']} workers; "
             "`netmon cluster down` first to change it)"
         )
+    elif record.get("restarted"):
+        click.echo(
+            f"restarted ({record['brokers']} brokers, {record['workers']} workers; the storage, "
+            f"ports and cluster id {record['cluster_id']} of the cluster created {record.get('created')})"
+        )
+    else:
+        click.echo(f"up ({record['brokers']} brokers, {record['workers']} workers; new storage)")
     click.echo(f"bootstrap servers: {record['bootstrap_servers']}")
     click.echo(f"spark master:      {record['master_url']} (web UI {record['master_webui']})")
     click.echo("point netmon at it in netmon.toml:")
@@ -87,13 +95,20 @@ def up(
     show_default=True,
     help="Seconds each process gets after SIGTERM before SIGKILL.",
 )
+@click.option(
+    "--wipe",
+    is_flag=True,
+    help="Also remove the cluster's storage (Kafka logs, cluster id, ports): the next `up` starts a "
+    "new cluster. Without it the next `up` restarts this one with its data.",
+)
 @pass_config
-def down(cfg: Config, grace_s: float) -> None:
-    """Stop the workers, then the master, then the brokers; remove the record."""
+def down(cfg: Config, grace_s: float, wipe: bool) -> None:
+    """Stop the workers, then the master, then the brokers. The storage, cluster id and ports are
+    kept for the next `up` unless --wipe."""
     from netmon.cluster import ClusterError
 
     try:
-        lines = _cluster(cfg).down(grace_s)
+        lines = _cluster(cfg).down(grace_s, wipe=wipe)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo("\n".join(lines))

@@ -131,7 +131,8 @@ def test_down_leaves_no_process_alive(cluster: Cluster) -> None:
     assert all(p.alive() for p in procs)
     run = cluster.netmon("cluster", "down", "--grace", "30")
     assert run.returncode == 0, run.stderr
-    assert len(run.stdout.strip().splitlines()) == 5
+    assert len(run.stdout.strip().splitlines()) == 6  # one per process, one on the kept storage
+    assert run.stdout.strip().splitlines()[-1].startswith("storage of a stopped cluster kept (3 brokers")
     # workers, then the master, then the brokers
     assert [line.split(":")[0] for line in run.stdout.splitlines()][:2] == ["spark-worker-1", "spark-master"]
     # any process with a recorded pid, ours or not, is a failure here (a reused pid within
@@ -139,4 +140,11 @@ def test_down_leaves_no_process_alive(cluster: Cluster) -> None:
     alive = [p.name for p in procs if running(p.pid)]
     assert alive == []
     assert not record_file.exists()
-    assert cluster.netmon("cluster", "status").returncode == 3
+    status = cluster.netmon("cluster", "status")
+    assert status.returncode == 3
+    assert status.stdout.splitlines()[0] == "not up"
+    wipe = cluster.netmon("cluster", "down", "--wipe")
+    assert wipe.returncode == 0, wipe.stderr
+    assert wipe.stdout.splitlines() == ["not up", f"storage removed ({record_file.parent})"]
+    assert not record_file.parent.exists()
+    assert cluster.netmon("cluster", "status").stdout.strip() == "not up"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from netmon import kafka_admin
 from netmon.cluster import (
+    ClusterError,
     ClusterProcess,
     KafkaNode,
     LocalCluster,
@@ -110,6 +112,129 @@ def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:
     assert down.exit_code == 0 and down.output.strip() == "not up"
     cfg = load_config(None, env=env)
     assert LocalCluster(cfg).record() == {}
+
+
+def _kept_cluster(tmp_path: Path, brokers: int = 3, workers: int = 1) -> tuple[Config, dict[str, Any]]:
+    """The state a ``down`` that kept the storage leaves: ``kept.json`` and formatted log dirs."""
+    env = {"NETMON_STATE_DIR": str(tmp_path / "state"), "NETMON_DATA_DIR": str(tmp_path / "data")}
+    cfg = load_config(None, env=env)
+    home = tmp_path / "state" / "cluster"
+    ports = free_ports(2 * brokers + 2 + 2 * workers)
+    procs = [
+        {
+            "name": f"kafka-{i}",
+            "role": "kafka",
+            "pid": 2**22 + i,
+            "log": "",
+            "argv": [],
+            "ports": {"client": ports[2 * i - 2], "controller": ports[2 * i - 1]},
+        }
+        for i in range(1, brokers + 1)
+    ]
+    procs.append(
+        {
+            "name": "spark-master",
+            "role": "spark-master",
+            "pid": 2**22,
+            "log": "",
+            "argv": [],
+            "ports": {"master": ports[2 * brokers], "webui": ports[2 * brokers + 1]},
+        }
+    )
+    procs += [
+        {
+            "name": f"spark-worker-{i}",
+            "role": "spark-worker",
+            "pid": 2**22 + 100 + i,
+            "log": "",
+            "argv": [],
+            "ports": {"worker": ports[2 * brokers + 2 * i], "webui": ports[2 * brokers + 2 * i + 1]},
+        }
+        for i in range(1, workers + 1)
+    ]
+    kept = {
+        "host": "127.0.0.1",
+        "cluster_id": "AAAAAAAAAAAAAAAAAAAAAA",
+        "brokers": brokers,
+        "workers": workers,
+        "stopped": "then",
+        "processes": procs,
+    }
+    for i in range(1, brokers + 1):
+        (home / f"kafka-{i}" / "data").mkdir(parents=True)
+        (home / f"kafka-{i}" / "data" / "meta.properties").write_text(f"node.id={i}\n")
+    (home / "kept.json").write_text(json.dumps(kept))
+    return cfg, kept
+
+
+def test_a_kept_cluster_restarts_on_its_ports(tmp_path: Path) -> None:
+    cfg, kept = _kept_cluster(tmp_path)
+    cluster = LocalCluster(cfg)
+    assert cluster.kept() == kept and cluster.record() == {}
+    nodes, master, worker_ports = cluster._check_kept(kept, 3)
+    ports = {p["name"]: p["ports"] for p in kept["processes"]}
+    assert nodes == [
+        KafkaNode(i, ports[f"kafka-{i}"]["client"], ports[f"kafka-{i}"]["controller"]) for i in (1, 2, 3)
+    ]
+    assert master == (ports["spark-master"]["master"], ports["spark-master"]["webui"])
+    assert worker_ports == [(ports["spark-worker-1"]["worker"], ports["spark-worker-1"]["webui"])]
+
+
+def test_a_kept_cluster_of_another_size_is_a_one_line_error(tmp_path: Path) -> None:
+    cfg, _ = _kept_cluster(tmp_path)
+    with pytest.raises(ClusterError) as err:
+        LocalCluster(cfg).up(brokers=1, workers=1)
+    text = str(err.value)
+    assert "\n" not in text
+    assert "has 3 brokers, not 1" in text and "`netmon cluster down --wipe` first" in text
+    assert (tmp_path / "state" / "cluster" / "kept.json").exists()
+
+
+def test_a_kept_port_taken_by_another_process_is_a_one_line_error(tmp_path: Path) -> None:
+    cfg, kept = _kept_cluster(tmp_path)
+    port = kept["processes"][1]["ports"]["controller"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        with pytest.raises(ClusterError) as err:
+            LocalCluster(cfg).up(brokers=3, workers=1)
+    text = str(err.value)
+    assert "\n" not in text
+    assert f"port {port} (kafka-2 controller)" in text and "in use by another process" in text
+
+
+def test_kept_storage_missing_is_a_one_line_error(tmp_path: Path) -> None:
+    cfg, _ = _kept_cluster(tmp_path)
+    (tmp_path / "state" / "cluster" / "kafka-3" / "data" / "meta.properties").unlink()
+    with pytest.raises(ClusterError, match="kept storage of kafka-3 is missing"):
+        LocalCluster(cfg).up(brokers=3, workers=1)
+
+
+def test_status_and_down_of_a_kept_cluster(tmp_path: Path) -> None:
+    from cli.main import cli
+
+    _kept_cluster(tmp_path)
+    env = {"NETMON_STATE_DIR": str(tmp_path / "state"), "NETMON_DATA_DIR": str(tmp_path / "data")}
+    runner = CliRunner()
+    st = runner.invoke(cli, ["cluster", "status"], env=env)
+    assert st.exit_code == 3, st.output
+    first, kept_line = st.output.strip().splitlines()
+    assert first == "not up"
+    assert kept_line.startswith("storage of a stopped cluster kept (3 brokers, cluster id AAAA")
+    assert "`netmon cluster up --brokers 3` restarts it" in kept_line
+    down = runner.invoke(cli, ["cluster", "down"], env=env)
+    assert down.exit_code == 0 and down.output.strip().splitlines() == [first, kept_line]
+    assert (tmp_path / "state" / "cluster" / "kept.json").exists()
+    wipe = runner.invoke(cli, ["cluster", "down", "--wipe"], env=env)
+    assert wipe.exit_code == 0, wipe.output
+    assert wipe.output.strip().splitlines()[-1] == f"storage removed ({tmp_path / 'state' / 'cluster'})"
+    assert not (tmp_path / "state" / "cluster").exists()
+    assert runner.invoke(cli, ["cluster", "status"], env=env).output.strip() == "not up"
+
+
+def test_free_ports_avoid_the_kept_ones() -> None:
+    taken = free_ports(40)
+    assert not set(free_ports(10, avoid=taken)) & set(taken)
 
 
 # -- [kafka] replication_factor and min_insync_replicas -------------------------------------------
