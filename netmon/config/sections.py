@@ -300,7 +300,7 @@ class PipelineConfig:
     watermark_s: float = 5.0
     trigger_s: float = 1.0
     #: result kinds to run (pipeline.job.KINDS)
-    kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "joins", "shedding", "sys")
+    kinds: tuple[str, ...] = ("traffic", "topk", "distinct", "features", "joins", "shedding", "sys")
     #: also publish committed results as JSON rows to Kafka topics netmon.<kind>
     publish_results: bool = True
     #: a record or control message more than this ahead of the wall clock is dropped and counted

@@ -29,10 +29,16 @@ def receivers() -> Iterator[Callable[..., Receiver]]:
         r.stop()
 
 
+#: The default kinds without ``features``: the service then runs the threshold rules
+#: (``alerts.defaults.DEFAULT_RULES``), which most of these tests exercise on result rows; the
+#: detection rules of the default pipeline have their own tests (test_service_features.py).
+THRESHOLD_KINDS = ("traffic", "topk", "distinct", "joins", "shedding", "sys")
+
+
 @pytest.fixture
 def state_cfg(netmon_config: Config, tmp_path: Path) -> Config:
-    """A configuration with a fresh state directory (no broker needed)."""
-    return netmon_config.replace(paths={"state_dir": tmp_path / "state"})
+    """A configuration with a fresh state directory (no broker needed), threshold rules."""
+    return netmon_config.replace(paths={"state_dir": tmp_path / "state"}, pipeline={"kinds": THRESHOLD_KINDS})
 
 
 @pytest.fixture
@@ -42,4 +48,5 @@ def kafka_cfg(netmon_config: Config, kafka_bootstrap: str, tmp_path: Path) -> Co
     return netmon_config.replace(
         paths={"state_dir": tmp_path / "state"},
         kafka={"bootstrap_servers": kafka_bootstrap, "results_topic_prefix": prefix, "partitions": 2},
+        pipeline={"kinds": THRESHOLD_KINDS},
     )

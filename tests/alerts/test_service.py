@@ -194,6 +194,7 @@ def _write_configs(cfg: Config, tmp: Path, url: str) -> dict[str, str]:
         f'[paths]\nstate_dir = "{cfg.paths.state_dir}"\ndata_dir = "{cfg.paths.data_dir}"\n'
         f'[kafka]\nbootstrap_servers = "{cfg.kafka.bootstrap}"\n'
         f'results_topic_prefix = "{cfg.kafka.results_topic_prefix}"\npartitions = {cfg.kafka.partitions}\n'
+        f"[pipeline]\nkinds = {list(cfg.pipeline.kinds)}\n".replace("'", '"')
     )
     alerts_toml = tmp / "alerts.toml"
     alerts_toml.write_text(

@@ -19,8 +19,10 @@ def _names_sources(rules: tuple[AlertRule, ...]) -> list[tuple[str, str]]:
 def test_without_the_features_kind_the_service_runs_the_first_built_in_rules(
     netmon_config: Config, tmp_path: Path
 ) -> None:
-    cfg = netmon_config.replace(paths={"state_dir": tmp_path / "state"})
-    assert "features" not in cfg.pipeline.kinds  # not run by default (docs/alerts.md, "Streaming")
+    assert "features" in netmon_config.pipeline.kinds  # run by default (docs/alerts.md, "Streaming")
+    assert service_builtin(netmon_config) != DEFAULT_RULES
+    kinds = tuple(k for k in netmon_config.pipeline.kinds if k != "features")
+    cfg = netmon_config.replace(paths={"state_dir": tmp_path / "state"}, pipeline={"kinds": kinds})
     assert service_builtin(cfg) == DEFAULT_RULES
     assert AlertService(cfg, AlertsConfig()).rules == DEFAULT_RULES
     # features computed but not republished to Kafka: nothing for the service to read

@@ -145,10 +145,11 @@ def test_docs_config_examples_load(tmp_path: Path) -> None:
 
     blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(), re.S)
     assert len(blocks) == 5
-    # "Streaming": turning the features kind on is a [pipeline] setting, not an alerts section.
+    # "Streaming": leaving the features kind out is a [pipeline] setting, not an alerts section.
     pipeline_block = blocks.pop(3)
     (tmp_path / "pipeline.toml").write_text(pipeline_block)
-    assert "features" in load_config(tmp_path / "pipeline.toml", env={}).pipeline.kinds
+    assert "features" in load_config(None, env={}).pipeline.kinds  # on by default
+    assert "features" not in load_config(tmp_path / "pipeline.toml", env={}).pipeline.kinds
     for i, block in enumerate(blocks):
         path = tmp_path / f"example{i}.toml"
         path.write_text(block)
