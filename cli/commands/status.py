@@ -33,7 +33,8 @@ def command(cfg: Config, as_json: bool) -> None:
     from netmon.supervisor import read_state, running_supervisor, state_file
 
     state = read_state(state_file(cfg)) or {}
-    state["services"] = [_checked(s) for s in state.get("services") or [] if isinstance(s, dict)]
+    if state:  # an empty state stays empty: "no state in ..." below
+        state["services"] = [_checked(s) for s in state.get("services") or [] if isinstance(s, dict)]
     holder = running_supervisor(state_file(cfg))
     running = holder is not None
     pipeline = _json(status_file(cfg))
