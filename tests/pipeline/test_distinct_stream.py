@@ -74,7 +74,12 @@ def _streamed(cfg: Config) -> dict[str, Report]:
     table = read_results(results_dir(cfg, "distinct"))
     rows = [] if table is None else table.to_pylist()
     if rows:
-        assert tuple(table.column_names) == COLUMNS
+        # The answer's columns, then the precision columns (docs/distinct.md): exact here (no
+        # drop box), so every row's interval is its count.
+        assert tuple(table.column_names) == (*COLUMNS, "keep", "distinct_low", "distinct_high")
+        assert all(
+            r["keep"] == 1.0 and r["distinct_low"] == r["distinct"] == r["distinct_high"] for r in rows
+        )
     seen = Counter((r["query"], r["window_end"], r["group"]) for r in rows)
     assert not [k for k, n in seen.items() if n > 1], "rows written twice"
     out: dict[str, dict[int, list[tuple[int, str, int]]]] = {}
