@@ -262,3 +262,21 @@ def test_a_broker_killed_mid_replay_loses_and_doubles_nothing(cluster: Cluster) 
     traffic = _traffic(cluster.tmp / "broker-kill")
     assert sum(p for p, _ in traffic.values()) == PACKETS
     assert traffic == traffic_per_window(capture, watermark_ns=round(WATERMARK_S * 1e9))
+
+
+#: the kinds the first equality test leaves out: the detection rows and the join (unshed, so its
+#: output is exact; ``pni`` sheds by the batch's measured time, which no two runs share)
+OTHER_KINDS = ("features", "joins")
+
+
+def test_the_cluster_gives_the_local_features_and_join_rows(cluster: Cluster, replayed: Replayed) -> None:
+    rows = {}
+    for name, master in (("local-other", "local[2]"), ("cluster-other", cluster.master_url)):
+        config = _pipeline_config(cluster, name, replayed.topic, kinds=list(OTHER_KINDS))
+        with config.open("a") as fh:
+            fh.write('[[queries.join]]\nname = "handshake"\nstrategy = "none"\n')
+        _available_now(cluster, config, master)
+        rows[name] = {kind: _rows(cluster.tmp / name, kind) for kind in OTHER_KINDS}
+    for kind in OTHER_KINDS:
+        assert rows["local-other"][kind], kind  # the capture has handshakes and detection windows
+        assert rows["cluster-other"][kind] == rows["local-other"][kind], kind
