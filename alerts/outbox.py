@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS alerts (
     episode_id TEXT PRIMARY KEY, alert_id TEXT NOT NULL, rule TEXT NOT NULL, source TEXT NOT NULL,
     query TEXT NOT NULL, subject TEXT NOT NULL, subject_label TEXT NOT NULL, severity TEXT NOT NULL,
     status TEXT NOT NULL, first_seen REAL, last_seen REAL, resolved_at REAL, value REAL, peak REAL,
-    suppressed INTEGER NOT NULL DEFAULT 0, labels TEXT NOT NULL, updated REAL NOT NULL);
+    suppressed INTEGER NOT NULL DEFAULT 0, labels TEXT NOT NULL, updated REAL NOT NULL,
+    mode TEXT, threshold REAL);
 CREATE TABLE IF NOT EXISTS problems (
     rule TEXT PRIMARY KEY, message TEXT NOT NULL, count INTEGER NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS skipped_rows (
@@ -71,6 +72,9 @@ CREATE TABLE IF NOT EXISTS skipped_rows (
 
 #: columns added to ``deliveries`` by schema 2 (filled from ``events`` when an older file is opened)
 _DELIVERY_COLUMNS = (("seq", "INTEGER"), ("alert_id", "TEXT"))
+#: columns added to ``alerts`` later: the rule's mode and what the value was compared with (null
+#: in the rows of an older file)
+_ALERT_COLUMNS = (("mode", "TEXT"), ("threshold", "REAL"))
 
 _INDEXES = (
     # next_due: the earliest pending delivery per target
@@ -144,6 +148,10 @@ class Outbox:
             for name, kind in _DELIVERY_COLUMNS:
                 if name not in have:
                     db.execute(f"ALTER TABLE deliveries ADD COLUMN {name} {kind}")
+            have = {row[1] for row in db.execute("PRAGMA table_info(alerts)")}
+            for name, kind in _ALERT_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE alerts ADD COLUMN {name} {kind}")
             # rows of schema 1 (or written by an older netmon since): take them from their event
             db.execute(
                 "UPDATE deliveries SET"

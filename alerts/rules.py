@@ -311,6 +311,10 @@ class AlertRecord:
     peak: float | None
     suppressed: int
     labels: dict[str, str]
+    #: the rule's mode, and what the value was compared with: the threshold, or in baseline mode
+    #: the top of the learned band it rose above (the Alerts page draws the value against it)
+    mode: str = "threshold"
+    threshold: float | None = None
 
 
 @dataclass
@@ -782,6 +786,8 @@ class RuleEngine:
             peak=tr.peak,
             suppressed=tr.suppressed,
             labels=dict(rule.labels),
+            mode=rule.mode,
+            threshold=self._threshold(rule, tr),
         )
 
     def take_changes(self) -> list[AlertRecord]:

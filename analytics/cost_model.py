@@ -502,11 +502,12 @@ def place_sampling(
     """Drop boxes before the top-k and distinct queries, placed by seed 000's fractional knapsack.
 
     Each sampled query q keeps a fraction x_q ≥ ``keep_min`` of the records (§5.2, lower bound
-    ℓ; a mapping gives each query its own, absent 0.1) and is worth ``weight_q·x_q`` (issue 2: importance); traffic and the joins are not sampled
-    (traffic is exact; the joins shed by PNI). The knapsack needs costs linear in x: it is given
-    ``x·cpu_q(1)``, which under-estimates a sampled query's cost (its distinct keys per sub-window
-    are concave in x), so the budget is tightened by the overshoot and the knapsack solved again
-    until the true estimates fit — a departure from the paper, whose costs are linear (tuple windows).
+    ℓ; a mapping gives each query its own, absent 0.1) and is worth ``weight_q·x_q`` (issue 2:
+    importance); traffic and the joins are not sampled (traffic is exact; the joins shed by PNI).
+    The knapsack needs costs linear in x: it is given ``x·cpu_q(1)``, which under-estimates a
+    sampled query's cost (its distinct keys per sub-window are concave in x), so the budget is
+    tightened by the overshoot and the knapsack solved again until the true estimates fit — a
+    departure from the paper, whose costs are linear (tuple windows).
     ``eligible``: the queries that may be sampled (default: every top-k and distinct query); the
     others keep everything.
     """

@@ -9,7 +9,7 @@ import pandas as pd
 from alerts.outbox import Outbox, outbox_path
 from dashboard.data import cached
 
-__all__ = ["ALERT_COLUMNS", "alerts", "counts", "dead_letters", "outbox_file"]
+__all__ = ["ALERT_COLUMNS", "alerts", "counts", "dead_letters", "outbox_file", "value_against_threshold"]
 
 #: the episode columns the page shows, in order (then one ``→ <target>`` column per target)
 ALERT_COLUMNS = [
@@ -24,6 +24,8 @@ ALERT_COLUMNS = [
     "resolved_at",
     "value",
     "peak",
+    "mode",
+    "threshold",
     "suppressed",
 ]
 _TIMES = ["first_seen", "last_seen", "resolved_at"]
@@ -56,6 +58,17 @@ def alerts(state_dir: str) -> pd.DataFrame:
         df[c] = pd.to_datetime(df[c], unit="s", utc=True)
     df["labels"] = df["labels"].map(lambda d: ", ".join(f"{k}={v}" for k, v in sorted(d.items())))
     return df[ALERT_COLUMNS + [f"→ {t}" for t in targets] + ["labels", "alert_id", "episode_id"]]
+
+
+def value_against_threshold(df: pd.DataFrame) -> pd.DataFrame:
+    """The firing alerts with a value and what it was compared with (the threshold, or in
+    baseline mode the top of the learned band): ``label, value, threshold, mode``."""
+    cols = ["label", "value", "threshold", "mode"]
+    if df.empty or "threshold" not in df.columns:
+        return pd.DataFrame(columns=cols)
+    firing = df[(df["status"] == "firing") & df["value"].notna() & df["threshold"].notna()]
+    out = firing.assign(label=firing["rule"] + " " + firing["subject"])
+    return out[cols].reset_index(drop=True)
 
 
 @cached()

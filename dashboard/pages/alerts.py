@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import data, data_alerts
@@ -62,6 +63,27 @@ def panel() -> None:
                 title="Alert episodes (event time)", xaxis_title="event time (UTC)", yaxis_title=""
             )
             st.plotly_chart(fig, width="stretch")
+        against = data_alerts.value_against_threshold(df)
+        if not against.empty:
+            fig = go.Figure()
+            fig.add_bar(y=against["label"], x=against["value"], orientation="h", name="value")
+            fig.add_scatter(
+                y=against["label"],
+                x=against["threshold"],
+                mode="markers",
+                marker={"symbol": "line-ns-open", "size": 22, "line": {"width": 3}},
+                name="threshold, or the top of the learned band",
+            )
+            fig.update_layout(
+                title="Firing alerts: the value against what it was compared with",
+                xaxis_title="value",
+                yaxis_title="",
+            )
+            st.plotly_chart(fig, width="stretch")
+            st.caption(
+                "A baseline-mode rule compares the value with the top of its subject's learned band "
+                "(mean + sensitivity × deviation, docs/alerts.md); a threshold rule with its threshold."
+            )
     dead = data_alerts.dead_letters(state_dir)
     st.subheader(f"Dead letters ({len(dead)})")
     if dead.empty:
