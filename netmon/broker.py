@@ -49,6 +49,7 @@ __all__ = [
     "BrokerError",
     "BrokerStatus",
     "LocalBroker",
+    "kafka_jvm_args",
     "list_topics",
     "wait_for_metadata",
 ]
@@ -91,6 +92,8 @@ class BrokerStatus:
 
 
 def _port_in_use(host: str, port: int) -> bool:
+    """Something listens on ``host:port`` (or holds it otherwise), so a JVM could not bind it. With
+    ``SO_REUSEADDR``, as the JVMs bind: connections in TIME_WAIT do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -98,6 +101,22 @@ def _port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def kafka_jvm_args(java: str, classpath: str, heap: str, logs_dir: Path) -> list[str]:
+    """A Kafka node's JVM command line before the main class (the local broker's, a cluster node's)."""
+    log4j = Path(str(resources.files("netmon") / "jvm" / "log4j2.properties"))
+    return [
+        java,
+        f"-Xmx{heap}",
+        f"-Xms{heap}",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dkafka.logs.dir={logs_dir}",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        classpath,
+    ]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -364,19 +383,7 @@ class LocalBroker:
             os.waitpid(pid, os.WNOHANG)
 
     def _jvm_args(self, java: str, classpath: str) -> list[str]:
-        log4j = Path(str(resources.files("netmon") / "jvm" / "log4j2.properties"))
-        heap = self.cfg.kafka.heap
-        return [
-            java,
-            f"-Xmx{heap}",
-            f"-Xms{heap}",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dkafka.logs.dir={self.logs_dir}",
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            classpath,
-        ]
+        return kafka_jvm_args(java, classpath, self.cfg.kafka.heap, self.logs_dir)
 
     def _write_properties(self, secret: str | None = None) -> None:
         """``server.properties`` (mode 0600); ``secret``: the secure broker's password (SASL_SSL)."""

@@ -36,11 +36,10 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from netmon.broker import _escape, _pid_alive
+from netmon.broker import _escape, _pid_alive, _port_in_use, kafka_jvm_args
 from netmon.config import Config
 from netmon.jvm_deps import ensure_jars
 from netmon.spark_standalone import (
@@ -162,22 +161,6 @@ def write_properties(path: Path, props: Mapping[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def kafka_jvm_args(java: str, classpath: str, heap: str, logs_dir: Path) -> list[str]:
-    """The JVM command line before the main class, as :class:`netmon.broker.LocalBroker` runs it."""
-    log4j = Path(str(resources.files("netmon") / "jvm" / "log4j2.properties"))
-    return [
-        java,
-        f"-Xmx{heap}",
-        f"-Xms{heap}",
-        "-XX:+UseG1GC",
-        "-Djava.awt.headless=true",
-        f"-Dkafka.logs.dir={logs_dir}",
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        classpath,
-    ]
-
-
 # -- ports ----------------------------------------------------------------------------------------
 
 
@@ -281,15 +264,8 @@ class ClusterStatus:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Something listens on ``host:port`` (or holds it otherwise), so a JVM could not bind it. With
-    ``SO_REUSEADDR``, as the JVMs bind: the previous run's connections in TIME_WAIT do not count."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
+    """Something holds ``host:port``, so a JVM could not bind it (``netmon.broker``'s check)."""
+    return _port_in_use(host, port)
 
 
 def _reap(pid: int) -> None:

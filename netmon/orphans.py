@@ -60,6 +60,7 @@ __all__ = [
     "group_alive",
     "group_members",
     "parent_death_as_sigterm",
+    "process_alive",
     "stop_tagged",
     "tagged",
 ]
@@ -177,7 +178,8 @@ def group_alive(pgid: int) -> bool:
     return bool(group_members(pgid))
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether some process has ``pid`` and is not a zombie (without ``/proc``: has the pid)."""
     if not _PROC.is_dir():
         try:
             os.kill(pid, 0)
@@ -202,7 +204,7 @@ def tagged(tag: str) -> list[int]:
             environ = (_PROC / str(pid) / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0") and _alive(pid):
+        if needle in environ.split(b"\0") and process_alive(pid):
             found.append(pid)
     return sorted(found)
 
@@ -239,12 +241,12 @@ def stop_tagged(
     """
     proc = _PROC.is_dir()
     found = set(tagged(tag))
-    mine = [p for p in leaders if (p in found if proc else _alive(p))]
+    mine = [p for p in leaders if (p in found if proc else process_alive(p))]
     found.update(mine)
     if signal_leaders:
         for pid in mine:
             _signal(pid, signal.SIGTERM)
-    _wait(lambda: not any(_alive(p) for p in mine), grace_s)
+    _wait(lambda: not any(process_alive(p) for p in mine), grace_s)
 
     def left() -> tuple[list[int], list[int]]:
         """The tagged processes outside the leaders' groups, and the leaders' groups left."""

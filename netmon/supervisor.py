@@ -43,7 +43,7 @@ from typing import IO, Any
 
 from netmon import pidlock
 from netmon.config import Config
-from netmon.orphans import TAG_ENV, Guard, die_with_parent, group_alive, stop_tagged, tagged
+from netmon.orphans import TAG_ENV, Guard, die_with_parent, group_alive, process_alive, stop_tagged, tagged
 from netmon.results import PIPELINE_LOCK, status_file
 
 __all__ = [
@@ -123,21 +123,9 @@ def service_alive(pid: int, started: float | None = None) -> bool:
     >>> service_alive(os.getpid(), time.time()), service_alive(os.getpid(), time.time() - 1e6)
     (True, False)
     """
-    if not _PROC.is_dir():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+    if not process_alive(pid):
         return False
-    if stat[stat.rindex(")") + 2 :].split()[:1] == ["Z"]:
-        return False
-    if started is None:
+    if started is None or not _PROC.is_dir():
         return True
     began = _proc_start(pid)
     return began is None or began <= float(started) + _START_SLACK_S
