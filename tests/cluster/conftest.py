@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from netmon.cluster import ClusterProcess
+from netmon.results import read_results
 
 NETMON = Path(sys.executable).with_name("netmon")
 
@@ -90,6 +91,18 @@ class Cluster:
                     os.waitpid(pid, os.WNOHANG)
             time.sleep(0.1)
         return pids
+
+
+def traffic_of(data_dir: Path) -> dict[tuple[int, int], tuple[int, int]]:
+    """A pipeline's traffic rows as ``traffic_per_window`` gives them: (window start ns, proto) ->
+    (packets, bytes); a window written twice fails."""
+    table = read_results(data_dir / "results" / "traffic")
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for row in [] if table is None else table.to_pylist():
+        key = (int(row["window_start"].timestamp() * 1_000_000) * 1000, int(row["proto"]))
+        assert key not in out, f"window {key} written twice"
+        out[key] = (int(row["packets"]), int(row["bytes"]))
+    return out
 
 
 def _children(pid: int) -> list[int]:

@@ -28,7 +28,7 @@ from ingest.generate import generate
 from netmon.records import ARROW_SCHEMA
 from netmon.results import read_results
 from netmon.spark_standalone import alive_workers, master_state
-from tests.cluster.conftest import Cluster, running_cluster
+from tests.cluster.conftest import Cluster, running_cluster, traffic_of
 from tests.faults.conftest import wait_for_message_count
 from tests.ingest.kafka_util import consume_all, records_of, sort_records
 from tests.pipeline.oracle import traffic_per_window
@@ -71,16 +71,6 @@ def _pipeline_config(cluster: Cluster, name: str, topic: str, **pipeline: object
 def _rows(data_dir: Path, kind: str) -> list[tuple]:
     table = read_results(data_dir / "results" / kind)
     return [] if table is None else sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
-
-
-def _traffic(data_dir: Path) -> dict[tuple[int, int], tuple[int, int]]:
-    table = read_results(data_dir / "results" / "traffic")
-    out: dict[tuple[int, int], tuple[int, int]] = {}
-    for row in [] if table is None else table.to_pylist():
-        key = (int(row["window_start"].timestamp() * 1_000_000) * 1000, int(row["proto"]))
-        assert key not in out, f"window {key} written twice"
-        out[key] = (int(row["packets"]), int(row["bytes"]))
-    return out
 
 
 def _replay(cluster: Cluster, capture: Path, config: Path, *args: str) -> dict:
@@ -141,7 +131,7 @@ def test_the_cluster_gives_the_local_results(cluster: Cluster, replayed: Replaye
         assert _rows(cluster.tmp / "on-cluster", kind) == replayed.local[kind], kind
     expected = traffic_per_window(replayed.capture, watermark_ns=round(WATERMARK_S * 1e9))
     assert sum(p for p, _ in expected.values()) == PACKETS
-    assert _traffic(cluster.tmp / "on-cluster") == expected
+    assert traffic_of(cluster.tmp / "on-cluster") == expected
 
 
 def test_demo_on_the_cluster_until_done(cluster: Cluster) -> None:
@@ -160,7 +150,7 @@ def test_demo_on_the_cluster_until_done(cluster: Cluster) -> None:
     assert "2,000 packets replayed, 2,000 in results" in run.stderr
     demo_data = cluster.tmp / "data" / "demo"
     expected = traffic_per_window(capture, watermark_ns=round(WATERMARK_S * 1e9))
-    assert _traffic(demo_data) == expected
+    assert traffic_of(demo_data) == expected
     # The demo's topic is replicated on the three brokers.
     from kafka.admin import KafkaAdminClient
 
@@ -191,11 +181,11 @@ def test_a_worker_killed_mid_stream_the_other_finishes_it(cluster: Cluster, repl
             time.sleep(0.2)
         cluster.kill("spark-worker-2")
         killed_at = _commits(data_dir)
-        assert sum(p for p, _ in _traffic(data_dir).values()) < PACKETS, "killed too late"
+        assert sum(p for p, _ in traffic_of(data_dir).values()) < PACKETS, "killed too late"
         deadline = time.monotonic() + 240
-        while sum(p for p, _ in _traffic(data_dir).values()) < PACKETS:
+        while sum(p for p, _ in traffic_of(data_dir).values()) < PACKETS:
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"{_traffic(data_dir)} after the kill"
+            assert time.monotonic() < deadline, f"{traffic_of(data_dir)} after the kill"
             time.sleep(0.5)
         assert _commits(data_dir) > killed_at
         # The last batch's other kinds: committed with it; wait until no batch runs.
@@ -259,7 +249,7 @@ def test_a_broker_killed_mid_replay_loses_and_doubles_nothing(cluster: Cluster) 
     assert sort_records(in_topic).equals(sort_records(expected_records))
     # ... and counted once by the pipeline on the cluster, with the dead broker still in its list.
     _available_now(cluster, config, cluster.master_url)
-    traffic = _traffic(cluster.tmp / "broker-kill")
+    traffic = traffic_of(cluster.tmp / "broker-kill")
     assert sum(p for p, _ in traffic.values()) == PACKETS
     assert traffic == traffic_per_window(capture, watermark_ns=round(WATERMARK_S * 1e9))
 

@@ -20,8 +20,7 @@ from ingest import read_records
 from ingest.generate import generate
 from netmon.cluster import ClusterProcess
 from netmon.records import ARROW_SCHEMA
-from netmon.results import read_results
-from tests.cluster.conftest import Cluster, running, running_cluster
+from tests.cluster.conftest import Cluster, running, running_cluster, traffic_of
 from tests.faults.conftest import wait_for_message_count
 from tests.ingest.kafka_util import consume_all, records_of, sort_records
 from tests.pipeline.oracle import traffic_per_window
@@ -52,16 +51,6 @@ def _config(cluster: Cluster) -> Path:
             "trigger_s": 0.5,
         },
     )
-
-
-def _traffic(data_dir: Path) -> dict[tuple[int, int], tuple[int, int]]:
-    table = read_results(data_dir / "results" / "traffic")
-    out: dict[tuple[int, int], tuple[int, int]] = {}
-    for row in [] if table is None else table.to_pylist():
-        key = (int(row["window_start"].timestamp() * 1_000_000) * 1000, int(row["proto"]))
-        assert key not in out, f"window {key} written twice"
-        out[key] = (int(row["packets"]), int(row["bytes"]))
-    return out
 
 
 def _commits(data_dir: Path) -> int:
@@ -125,7 +114,7 @@ def test_whole_cluster_restart_resumes_the_pipeline_without_loss_or_duplicates(t
         first = _interrupted_replay(cluster, capture, config)
         _stream_until_committed(cluster, config, data_dir, batches=2)
         committed = _commits(data_dir)
-        assert sum(p for p, _ in _traffic(data_dir).values()) < PACKETS
+        assert sum(p for p, _ in traffic_of(data_dir).values()) < PACKETS
 
         # -- the whole cluster down, its storage kept --------------------------------------------
         before = cluster.record
@@ -193,6 +182,6 @@ def test_whole_cluster_restart_resumes_the_pipeline_without_loss_or_duplicates(t
         # Every record in the topic once; every packet counted once, in the windows Scapy counts.
         in_topic = records_of(consume_all(cluster.bootstrap, TOPIC))
         assert sort_records(in_topic).equals(sort_records(expected_records))
-        traffic = _traffic(data_dir)
+        traffic = traffic_of(data_dir)
         assert sum(p for p, _ in traffic.values()) == PACKETS
         assert traffic == traffic_per_window(capture, watermark_ns=round(WATERMARK_S * 1e9))
