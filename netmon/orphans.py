@@ -147,6 +147,18 @@ def _stat(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2 :].split()
 
 
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot; ``/proc/<pid>/stat`` field 22): with
+    the pid, it names one process, not whichever takes the pid next."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def _same_process(pid: int, started: dict[int, int]) -> bool:
+    """Whether the process seen as ``pid`` (started at ``started[pid]``) still runs."""
+    return pid in started and process_alive(pid) and _start_time(pid) == started[pid]
+
+
 def _pids() -> Iterable[int]:
     try:
         entries = list(_PROC.iterdir())
@@ -246,11 +258,15 @@ def stop_tagged(
     if signal_leaders:
         for pid in mine:
             _signal(pid, signal.SIGTERM)
+    started = {p: t for p in found if (t := _start_time(p)) is not None}
     _wait(lambda: not any(process_alive(p) for p in mine), grace_s)
 
     def left() -> tuple[list[int], list[int]]:
         """The tagged processes outside the leaders' groups, and the leaders' groups left."""
-        pids = tagged(tag)
+        # a process found once counts until it is gone: while it exits, its environment reads
+        # empty (its memory is released) before it turns zombie, so the tag alone would call it
+        # stopped too early
+        pids = sorted(set(tagged(tag)) | {p for p in found if _same_process(p, started)})
         if not proc:
             return pids, [p for p in mine if group_alive(p)]
         # a group is the leader's while a process of it carries the tag (a group id can be
@@ -266,6 +282,8 @@ def stop_tagged(
         found.update(pids)
         for pgid in groups:  # one signal per process: a group's members through the group
             found.update(group_members(pgid) if proc else ())
+        started.update({p: t for p in found if p not in started and (t := _start_time(p)) is not None})
+        for pgid in groups:
             _signal(pgid, sig, group=True)
         for pid in pids:
             _signal(pid, sig)
