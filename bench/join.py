@@ -4,9 +4,9 @@ Each run (an item of ``--strategies``), in one process and one Spark session, on
 the same broker: replay a capture (default ``samples/mixed-small.pcap``, looped, timestamps
 rebased to now) at ``--pps`` packets per second for ``--seconds``, while the pipeline runs the
 ``joins`` kind with one link query per strategy of the run (``dst_port=443`` ⋈ ``dst_port=80`` on
-``src_ip``, T = ``--window``: many-to-many, the case where shedding matters) and the live
-shedding controller at ``--budget`` (``pipeline.joins.start_controller``). Every second it samples
-the joins query's progress: batch durations and the Kafka lag (messages of
+``src_ip``, T = ``--window``: many-to-many, the case where shedding matters) on the shared query
+and the live shedding controller at ``--budget`` (the ``shedding`` kind). Every second it samples
+the shared query's progress: batch durations and the Kafka lag (messages of
 ``--records-per-message`` packets not yet read by a finished batch); the controller's statistics
 give each query's operator time and fractions.
 
@@ -121,15 +121,15 @@ def _run_strategy(
 ) -> dict[str, Any]:
     from ingest.replay import ReplayOptions, replay
     from netmon.kafka_admin import recreate_topic
-    from netmon.results import read_results, results_dir
+    from netmon.results import SHARED_QUERY, read_results, results_dir
     from pipeline.job import start_pipeline
-    from pipeline.joins import start_controller
 
     recreate_topic(
         cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions, security=client_options(cfg.kafka)
     )
-    start_controller(spark, cfg)
-    pipeline = start_pipeline(spark, cfg, kinds=("joins",))
+    # The joins run on the shared query; the shedding kind's listener runs their controller.
+    pipeline = start_pipeline(spark, cfg, kinds=("joins", "shedding"))
+    shared = pipeline.batch_functions[SHARED_QUERY]
     summary: dict[str, Any] = {}
 
     def produce() -> None:
@@ -162,18 +162,18 @@ def _run_strategy(
             error = pipeline.failed()
             if error:
                 raise RuntimeError(error)
-            for p in pipeline.queries["joins"].recentProgress:
+            for p in pipeline.queries[SHARED_QUERY].recentProgress:
                 if int(p["batchId"]) > seen:
                     seen = int(p["batchId"])
                     consumed += int(p["numInputRows"] or 0)
-                    decode = (p.get("observedMetrics") or {}).get("decode") or {}
+                    figures = shared.figures(seen)
                     if int(p["numInputRows"] or 0):
                         samples.append(
                             {
                                 "t_s": round(time.monotonic() - began, 1),
                                 "batch": seen,
                                 "ms": int(p["durationMs"]["triggerExecution"]),
-                                "packets": int(decode["packets"] or 0) if "packets" in decode else None,
+                                "packets": figures.packets if figures is not None else None,
                             }
                         )
             # Lag: messages in the topic not yet read by a finished batch.

@@ -1,7 +1,7 @@
 """The Resources page's reads: the pipeline's own statistics (``results/sys/``) beside the cost model.
 
 The ``sys`` kind (``pipeline.sys_stats``, ``docs/results.md``) is one row per micro-batch of each
-pipeline query (``packets``, the shared query of traffic, top-k and distinct; ``joins``), one
+pipeline query (``packets``, the shared query of every kind; ``joins`` in an older netmon), one
 commit per batch under ``results/sys/<query>/``. A day at a 1 s trigger is 86,400 commits per
 query, so a read is bounded to the selected time range (:func:`read_recent`,
 ``netmon.results_range.read_rows``): the commits are named by batch id and written in batch
@@ -62,7 +62,7 @@ SLACK_S = 300.0
 #: and bounds its hours by it (the first of ``pipeline.publish.TIME_COLUMNS`` the rows have).
 TIME_COLUMN = "batch_time"
 #: The kinds the shared query runs (their estimates add up to its cost).
-BATCH_KINDS = ("traffic", "topk", "distinct")
+BATCH_KINDS = ("traffic", "topk", "distinct", "features", "joins")
 #: The knobs a row records, as the page plots them over time.
 KNOBS = ("trigger_s", "watermark_s", "max_batch_messages", "shed_x_left", "shed_x_right", "sample_keep")
 
@@ -89,6 +89,7 @@ COLUMNS = [
     "topk_s",
     "distinct_s",
     "features_s",
+    "joins_s",
     "state_rows",
     "state_bytes",
     "join_state_rows",
@@ -217,8 +218,8 @@ def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.D
     """``df`` with the cost model's estimates at each row's measured input rate.
 
     ``rate_pps``: the packets per second the query took in — the shared query's ``packets_per_s``;
-    for the joins query (which counts no packets) its messages per second times the packets per
-    message the shared query read in the range. ``est_cpu`` (CPU seconds per second, comparable
+    for an older netmon's joins query (which counted no packets) its messages per second times the
+    packets per message the shared query read in the range. ``est_cpu`` (CPU seconds per second, comparable
     with ``batch_utilisation``), ``est_state_rows`` and ``est_memory_bytes``: the sums over the
     query's configured queries (``CostModel.estimates``, default key populations as ``netmon
     explain``); NaN where the rate is unknown.

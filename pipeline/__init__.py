@@ -2,12 +2,12 @@
 
 ``session`` builds the one SparkSession; ``source`` reads and decodes Kafka; ``job`` starts one
 shared query that reads Kafka once and hands each micro-batch to the batch kinds — ``traffic``
-and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass), ``distinct`` and
-``features`` (the alert rules' detection rows) —
-plus the joins' own streaming query (``joins`` with ``join_state``; the live
-``shedding_controller`` runs in its progress listener and commits the ``shedding`` rows), and
-follows their progress; ``sys_stats`` commits every query's per-batch statistics (the ``sys``
-rows) from another listener. ``batch_state`` keeps a batch kind's state
+and ``topk`` (fed by ``partials``, their stage-1 counts in one pyarrow pass), ``distinct``,
+``features`` (the alert rules' detection rows) and ``joins_batch`` (the window joins, with
+``joins``' staging and ``join_state``'s operator; the live ``shedding_controller`` runs in a
+progress listener and commits the ``shedding`` rows) — and follows its progress;
+``sys_stats`` commits every query's per-batch statistics (the ``sys`` rows) from another
+listener. ``batch_state`` keeps a batch kind's state
 per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
 stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
 (``result_json`` writes their rows as JSON, a column at a time); ``resource_manager`` chooses
@@ -27,6 +27,7 @@ __all__ = [
     "job",
     "join_state",
     "joins",
+    "joins_batch",
     "partials",
     "publish",
     "resource_manager",

@@ -3,14 +3,16 @@
 ``start_pipeline`` starts, on one session:
 
 - **the shared query** (``packets``): one Kafka read and one decode (``pipeline.source``); each
-  micro-batch is cached and handed to every *batch kind* in turn — traffic, top-k and distinct
-  counts — each of which keeps its own state beside its checkpoint and commits its rows per batch
-  (``pipeline.batch_sink``), so a batch that Spark runs again after a crash rewrites the same rows;
-- **stream kinds** (the joins) as their own streaming queries: the join keeps its per-bucket
-  state in Spark's state store (``transformWithStateInPandas``);
+  micro-batch is handed to every *batch kind* in turn — traffic, top-k and distinct counts, the
+  detection features and the window joins — each of which keeps its own state beside its
+  checkpoint and commits its rows per batch (``pipeline.batch_sink``), so a batch that Spark runs
+  again after a crash rewrites the same rows;
+- **stream kinds** as their own streaming queries (none by default since the joins joined the
+  shared query, ``pipeline.joins_batch``; the registry keeps the variant);
 - **listener kinds** without a query: a listener on the driver follows the queries of other
-  kinds and commits its rows per micro-batch of each — the joins' shedding statistics (the
-  ``joins`` query), the pipeline's own statistics ``sys`` (every query, ``pipeline.sys_stats``).
+  kinds and commits its rows per micro-batch of each — the joins' shedding statistics
+  (``pipeline.joins.SheddingListener``), the pipeline's own statistics ``sys`` (every query,
+  ``pipeline.sys_stats``).
 
 ``Pipeline`` follows the queries' progress (per kind: packets, malformed records, late rows, its
 share of the batch time) and writes a small status file the dashboard and ``netmon demo`` read.
@@ -53,7 +55,7 @@ from pyspark.sql.streaming import StreamingQuery
 from netmon import pidlock
 from netmon.config import RESULT_KINDS, Config
 from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_dir, status_file
-from pipeline import distinct, features, joins, sys_stats, topk, traffic
+from pipeline import distinct, features, joins, joins_batch, sys_stats, topk, traffic
 from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
 from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
@@ -165,7 +167,8 @@ _QUERY_KINDS = (
     ),
     # The alert rules' detection rows (docs/alerts.md, "Streaming"); settings from [alerts].
     ResultKind("features", batch=features.build_features_batch),
-    ResultKind("joins", stream=joins.build_join_outputs, configured=lambda cfg: bool(cfg.queries.join)),
+    # The window joins and their shedding (pipeline.joins_batch): the records on a join side only.
+    ResultKind("joins", batch=joins_batch.build_joins_batch, configured=lambda cfg: bool(cfg.queries.join)),
 )
 
 #: Every result kind, in the order a shared batch runs them; the listener kinds last.
@@ -456,11 +459,17 @@ class SharedBatch:
             self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
         if self.manager is not None:
             self.manager.observe(batch_id, counts["packets"], time.perf_counter() - began)
+        observed = None
+        for function in self.functions.values():
+            by_batch = getattr(function, "observed", None)  # the joins kind's statistics
+            if by_batch is not None:
+                observed = {**(observed or {}), **by_batch.get(batch_id, {})}
         self._figures[batch_id] = sys_stats.BatchFigures(
             packets=counts["packets"],
             newest_ns=max(read.values(), default=None),
             seconds=dict(self.seconds),
             keep=dict(keep),
+            observed=observed,
         )
         while len(self._figures) > self.FIGURES_KEPT:
             self._figures.popitem(last=False)
@@ -1040,7 +1049,7 @@ ALL = "all"
 
 
 def reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
-    """The kinds a reset of ``kinds`` touches (joins bring shedding and sys), and whether it is ``all``."""
+    """The kinds a reset of ``kinds`` touches (joins bring shedding), and whether it is ``all``."""
     asked = list(dict.fromkeys(kinds))
     for kind in asked:
         if kind != ALL and kind not in KINDS:
@@ -1048,10 +1057,8 @@ def reset_set(kinds: Iterable[str]) -> tuple[list[str], bool]:
     everything = ALL in asked
     chosen = set(KINDS) if everything else set(asked)
     if "joins" in chosen:
-        # The shedding rows, and the sys rows of the joins query, are committed under the joins
-        # query's batch ids: a joins query starting again at batch 0 would replace the commits
-        # (and files, already published under their paths) of the earlier run's first batches.
-        chosen |= {"shedding", "sys"}
+        # The controller's fractions and costs were learnt on the join state that goes.
+        chosen |= {"shedding"}
     return [k for k in KINDS if k in chosen], everything
 
 
@@ -1063,8 +1070,7 @@ def reset_plan(cfg: Config, kinds: Iterable[str]) -> list[Path]:
     Spark checkpoint and state store; ``shedding`` has none, but a data directory of an older
     netmon may hold its query's) and its publish mark ``checkpoints/publish/<kind>.json``;
     ``shedding`` also the controller's directory ``control/joins/`` (its fractions, and an older
-    netmon's statistics files); ``joins`` brings ``shedding`` and ``sys`` (whose rows of the joins
-    query are named by its batch ids too; the shared query's go with them). ``all``: every kind,
+    netmon's statistics files); ``joins`` brings ``shedding``. ``all``: every kind,
     the shared query's checkpoint ``checkpoints/packets/`` and every publish mark.
     """
     chosen, everything = reset_set(kinds)
@@ -1086,13 +1092,12 @@ def reset_kinds(cfg: Config, kinds: Iterable[str]) -> list[Path]:
 
     What the pipeline then does, per kind (docs/reliability.md, "Resetting a kind"):
 
-    - a batch kind (traffic, topk, distinct) starts from empty state at the shared query's next
-      batch: it reads what the shared query reads from then on — the other batch kinds are not
-      replayed, and records read before the reset are not read again for it (windows open at the
-      reset are written with the packets read after it only);
-    - the joins start their query afresh, from the earliest offsets the topic still holds;
-    - shedding (a listener on the joins query) commits its rows from the joins query's next batch
-      on, its controller starting from the static ``[shedding]`` fractions;
+    - a batch kind (traffic, topk, distinct, features, joins) starts from empty state at the
+      shared query's next batch: it reads what the shared query reads from then on — the other
+      batch kinds are not replayed, and records read before the reset are not read again for it
+      (windows open at the reset are written with the packets read after it only);
+    - shedding (a listener on the shared query) commits its rows from the next batch with join
+      input on, its controller starting from the static ``[shedding]`` fractions;
     - sys (a listener on every query) commits its rows from each query's next batch on;
     - ``all``: every query starts afresh, from the earliest offsets the topic still holds.
 

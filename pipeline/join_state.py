@@ -1,51 +1,39 @@
-"""The join operator's state per hash bucket of keys, and the StatefulProcessor around it.
+"""The join operator's state per query, and its rows in and out.
 
-``pipeline.joins`` stages every join query natively (filters, key text, ``bucket = pmod(xxhash64(key),
-B)``) and groups the rows by ``(query, bucket)`` into :class:`JoinProcessor`. One call handles all
-the keys of a bucket that arrived in the micro-batch, vectorised: the processor only marshals —
-rows to :meth:`analytics.join.SymmetricHashJoin.process_batch` of the bucket's :class:`JoinBucket`
-and the results back to rows. ``JoinBucket`` is the algorithm's state (the join's ``to_bytes`` and
-its shedder's ``to_bytes``, random generator included), the bucket's one ``ValueState`` in the
-RocksDB store, checkpointed with the batch: a restart resumes the windows exactly.
+``pipeline.joins_batch`` stages every join query (``pipeline.joins.stage_rows``: filters, key
+text) and hands each query's rows of a micro-batch to its :class:`JoinBucket`. One call handles
+all the keys that arrived in the batch, vectorised: the bucket only marshals — rows to
+:meth:`analytics.join.SymmetricHashJoin.process_batch` and the results back to rows.
+``JoinBucket`` is the algorithm's state (the join's ``to_bytes`` and its shedder's ``to_bytes``,
+random generator included), saved with the batch: a restart resumes the windows exactly. (The
+name is from the streaming query it served before, which kept one per hash bucket of keys in
+Spark's state store; the joins kind keeps one per query, bucket 0.)
 
-Each call yields three kinds of rows (``row``): ``match`` (one join result), ``unmatched`` (a left
-tuple that expired without a partner — for the handshake query an unanswered SYN), and one
-``stats`` row with the bucket's :class:`analytics.join.BatchStats`, the fractions applied and the
-processor's own wall time (``busy_s``). The builder sums the stats rows per query with
-``observe`` (they reach the shedding controller through the query's progress) and drops them
-before the sink.
-
-The fractions ``x_L``, ``x_R`` come from the controller's control file (``control_path``), read
-at every call; the file is replaced atomically, and a missing or unreadable file means the
-query's static fractions.
+Each call yields two kinds of rows (``row``): ``match`` (one join result) and ``unmatched`` (a
+left tuple that expired without a partner — for the handshake query an unanswered SYN), and the
+batch's :class:`analytics.join.BatchStats`; :data:`STATS_COLUMNS` names the statistics the
+shedding controller and the ``sys`` rows read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-import time
-from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from analytics.join import BatchStats, SymmetricHashJoin
 from analytics.shedding import LoadShedder
-from pipeline.shedding_controller import read_control
 
 __all__ = [
     "INPUT_COLUMNS",
-    "OUTPUT_SCHEMA",
     "PAIR_COLUMNS",
     "PAYLOAD",
     "STATS_COLUMNS",
     "JoinBucket",
-    "JoinProcessor",
     "JoinSpec",
-    "OUTPUT_CHUNK_ROWS",
 ]
 
 #: Record columns each side carries to the output (as ``left_<name>`` / ``right_<name>``).
@@ -110,10 +98,7 @@ STATS_COLUMNS: dict[str, str] = {
     "min_ts_ns": "BIGINT",
     "max_ts_ns": "BIGINT",
 }
-OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in {**PAIR_COLUMNS, **STATS_COLUMNS}.items())
 
-#: largest pandas frame (rows) one stateful call hands back to Spark at a time
-OUTPUT_CHUNK_ROWS = 65_536
 _NULL_INT = -1  # payload integers travel through the join state as int64 with this for null
 
 
@@ -251,59 +236,6 @@ class JoinBucket:
         return cls(spec, bucket, join=join, shedder=shedder)
 
 
-class JoinProcessor(StatefulProcessor):
-    """Grouped by ``(query, bucket)``: staged rows in, result and stats rows out (``OUTPUT_SCHEMA``).
-
-    Parameters
-    ----------
-    specs
-        Query name -> its :class:`JoinSpec`.
-    control_path
-        The controller's control file (``pipeline.shedding_controller``), or ``None`` for the
-        specs' static fractions.
-    """
-
-    def __init__(self, specs: Mapping[str, JoinSpec], control_path: str | None = None) -> None:
-        self.specs = dict(specs)
-        self.control_path = control_path
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self._state = handle.getValueState("join", "join BINARY")
-
-    def handleInputRows(  # noqa: N802 - Spark's API
-        self,
-        key: Any,
-        rows: Iterator[pd.DataFrame],
-        timerValues: TimerValues,  # noqa: N803
-    ) -> Iterator[pd.DataFrame]:
-        started = time.perf_counter()
-        query, bucket = key[0], int(key[1])
-        spec = self.specs[query]
-        stored = self._state.get() if self._state.exists() else None
-        state = (
-            JoinBucket.from_bytes(bytes(stored[0]), spec, bucket)
-            if stored is not None
-            else JoinBucket(spec, bucket)
-        )
-        x_left, x_right = spec.x_left, spec.x_right
-        if self.control_path is not None and spec.strategy != "none":
-            x_left, x_right = read_control(self.control_path).get(query, (x_left, x_right))
-        batch = pd.concat(list(rows), ignore_index=True)
-        out, stats = state.process(batch, x_left, x_right)
-        self._state.update((state.to_bytes(),))
-        ts_ns = pd.DatetimeIndex(batch["ts"]).as_unit("ns").asi8
-        summary = _stats_row(spec, bucket, stats, ts_ns, time.perf_counter() - started)
-        # Arrow batches back to the JVM are bounded: one bucket of a many-to-many join can
-        # produce millions of results, and one batch of them overflowed Netty's 1 GiB of
-        # direct memory (bench join, unshed, 10,000 packets/s).
-        for start in range(0, len(out), OUTPUT_CHUNK_ROWS):
-            yield out.iloc[start : start + OUTPUT_CHUNK_ROWS]
-        yield summary
-
-    def close(self) -> None:
-        pass
-
-
 # -- marshalling ---------------------------------------------------------------------------------
 def _canonical_order(rows: pd.DataFrame) -> pd.DataFrame:
     """A deterministic processing order (shuffles deliver rows in any order): time, side, record.
@@ -396,22 +328,3 @@ def _unmatched(spec: JoinSpec, bucket: int, gone: pd.DataFrame) -> pd.DataFrame:
     for name, kind in PAYLOAD.items():
         columns[f"left_{name}"] = _from_payload(gone[name], kind)
     return _output(columns, n)
-
-
-def _stats_row(
-    spec: JoinSpec, bucket: int, stats: BatchStats, ts_ns: np.ndarray, busy_s: float
-) -> pd.DataFrame:
-    values: dict[str, Any] = {"busy_s": busy_s}
-    if len(ts_ns):
-        values.update(min_ts_ns=int(ts_ns.min()), max_ts_ns=int(ts_ns.max()))
-    columns: dict[str, Any] = {
-        "query": _constant(spec.name, 1),
-        "kind": _constant(spec.kind, 1),
-        "row": _constant("stats", 1),
-        "bucket": _constant(bucket, 1, np.int32),
-    }
-    for name, kind in STATS_COLUMNS.items():
-        value = values[name] if name in values else getattr(stats, name, None)
-        if value is not None:
-            columns[name] = _constant(value, 1, np.int64 if kind == "BIGINT" else np.float64)
-    return _output(columns, 1)

@@ -1,41 +1,39 @@
-"""Window joins of packet streams under a CPU budget: the handshake and link-correlation queries in Spark.
+"""Window joins of packet streams under a CPU budget: staging, settings and the shedding listener.
 
-Every configured join query (``docs/joins.md`` §4) runs in one streaming query, in two stages:
+The join queries (``docs/joins.md`` §4) run on the shared query as the ``joins`` batch kind
+(``pipeline.joins_batch``). This module holds what that kind and the references around it share:
 
-1. **Native staging** (one pass over the packets). Per query, two filters select the left and
-   right tuples, each with its key text (``analytics.keys``: fields as strings joined by ``,``),
-   the event time ``ts`` and a payload (``src_ip``, ``dst_ip``, ``src_port``, ``dst_port``,
-   ``iface``); a packet becomes one row per (query, side) it belongs to (``explode``). Rows carry
-   ``bucket = pmod(xxhash64(key), B)``: one hash bucket of keys.
-2. **The symmetric hash join**, ``groupBy("query", "bucket").transformWithStateInPandas(...)``:
-   :class:`pipeline.join_state.JoinProcessor` hands each bucket's rows of the micro-batch to its
-   :class:`analytics.join.SymmetricHashJoin` (one vectorised call for all the bucket's keys; the
-   state is the join's bytes in the RocksDB store) with the shedding fractions of the batch.
+- **Staging**: per query, two filters select the left and right tuples, each with its key text
+  (``analytics.keys``: fields as strings joined by ``,``), the event time ``ts`` and a payload
+  (``src_ip``, ``dst_ip``, ``src_port``, ``dst_port``, ``iface``); a packet becomes one row per
+  (query, side) it belongs to. :func:`stage_rows` does it in pyarrow (the pipeline's path);
+  :func:`build_staged` with Spark's functions (the reference the pyarrow staging is tested
+  against), and :func:`build_spark_join` is Spark's own stream-stream join of the same sides,
+  the reference of the equality test and of the benchmark.
+- **Settings**: :func:`join_specs` (the operator's view of ``[[queries.join]]`` and
+  ``[shedding]``), :func:`filter_column` (a filter as a Spark condition).
+- **The shedding controller** (the ``shedding`` kind, no query of its own): a
+  ``StreamingQueryListener`` on the driver (:class:`SheddingListener`) feeds the join statistics
+  of each batch to :class:`pipeline.shedding_controller.SheddingController`, writes the fractions
+  it chooses to the control file ``<data>/control/joins/fractions.json``, which the joins kind
+  reads at its next batch, and commits the batch's :class:`SheddingRecord` rows into
+  ``results/shedding/`` itself, one commit per batch named by its batch id
+  (``pipeline.batch_sink``; through the result publisher they also reach the Kafka topic
+  ``netmon.shedding``).
 
-Each bucket also emits a statistics row; ``observe("join.<query>", ...)`` sums them per query
-into the batch's progress, and they are dropped before the sink. The ``joins`` result kind is one
-row per join result (``row = "match"``) or unanswered left tuple (``row = "unmatched"``, the
-handshake query's SYNs that expired without a SYN-ACK):
+The ``joins`` result kind is one row per join result (``row = "match"``) or unanswered left
+tuple (``row = "unmatched"``, the handshake query's SYNs that expired without a SYN-ACK):
 
     query, kind, row, key, left_ts, right_ts, delay_s, left_src_ip, left_dst_ip, left_src_port,
     left_dst_port, left_iface, right_src_ip, ..., right_iface
 
-The ``shedding`` result kind runs the controller and has no streaming query of its own: a
-``StreamingQueryListener`` on the driver (:class:`SheddingListener`) feeds each progress of the
-joins query to :class:`pipeline.shedding_controller.SheddingController`, writes the fractions it
-chooses to the control file ``<data>/control/joins/fractions.json``, which every bucket reads at
-its next call, and commits the batch's :class:`SheddingRecord` rows into ``results/shedding/``
-itself, one commit per joins batch named by its batch id (``pipeline.batch_sink``; through the
-result publisher they also reach the Kafka topic ``netmon.shedding``).
-
-Why a file for the fractions: the operator runs in Python workers, possibly on other machines,
-and a running query's plan cannot change. The file lives in the data directory, which the Parquet
-sink already requires to be shared by the driver and the executors; it is replaced atomically
-(readers see the old or the new version, never a partial one), its values are clamped to [0, 1],
-and a missing or unreadable file means the static fractions. A batch that Spark re-executes after
-a failure may read newer fractions than its first attempt: shedding decisions are not part of
-the exactly-once contract, but every applied fraction is recorded in the batch's statistics.
-Without shedding (``strategy = "none"``) the file is never read and the output is exact.
+Why a file for the fractions: the listener runs asynchronously, after the batch it judged; the
+file is replaced atomically (readers see the old or the new version, never a partial one), its
+values are clamped to [0, 1], and a missing or unreadable file means the static fractions. A
+batch that Spark re-executes after a failure may read newer fractions than its first attempt:
+shedding decisions are not part of the exactly-once contract, but every applied fraction is
+recorded in the batch's statistics. Without shedding (``strategy = "none"``) the file is never
+read and the output is exact.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from functools import reduce
 from operator import and_
 from pathlib import Path
@@ -57,21 +55,18 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analytics.keys import parse_key
-from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig, check_unique_names
+from netmon.config import JOIN_QUERY_KINDS, Config, JoinQuery, SheddingConfig
 from netmon.results import results_dir
 from pipeline.batch_sink import CommittingListener, write_table
-from pipeline.join_state import OUTPUT_SCHEMA, PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinProcessor, JoinSpec
-from pipeline.partials import decode_messages
+from pipeline.join_state import PAIR_COLUMNS, PAYLOAD, JoinSpec
 from pipeline.shedding_controller import (
     ControlledQuery,
     SheddingController,
     SheddingRecord,
-    observe_name,
     read_control_state,
     records_table,
     write_control,
 )
-from pipeline.source import kafka_stream, raw_messages
 
 __all__ = [
     "JOIN_QUERY_KINDS",
@@ -79,16 +74,13 @@ __all__ = [
     "JoinQuery",
     "SheddingConfig",
     "SheddingListener",
-    "build_join_outputs",
     "build_join_sides",
-    "build_joins",
     "build_spark_join",
     "build_staged",
     "control_file",
     "filter_column",
     "join_specs",
     "side_conditions",
-    "start_controller",
     "start_shedding",
 ]
 
@@ -328,99 +320,6 @@ def stage_rows(rows: pa.Table, queries: tuple[JoinQuery, ...]) -> pa.Table:
     return pa.concat_tables(parts) if parts else pa.table({})
 
 
-def build_staged_raw(messages: DataFrame, queries: tuple[JoinQuery, ...], buckets: int) -> DataFrame:
-    """:func:`build_staged` over raw Kafka messages (``pipeline.source.raw_messages``).
-
-    Each task decodes its messages with pyarrow and keeps only the rows of some query's side:
-    the packets never go into the JVM as rows (a SYN/SYN-ACK join keeps a small fraction of a
-    flood's packets). The bucket is Spark's, as in :func:`build_staged`.
-    """
-
-    def staged(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows, _, _ = decode_messages(batch)
-            rows = rows.filter(pc.invert(rows["is_control"]))
-            yield from stage_rows(rows, queries).to_batches()
-
-    return messages.mapInArrow(staged, STAGED_SCHEMA).withColumn(
-        "bucket", F.pmod(F.xxhash64("key"), F.lit(buckets)).cast("int")
-    )
-
-
-# -- stage 2: the stateful join -----------------------------------------------------------------
-def _observed(joined: DataFrame, query: str) -> DataFrame:
-    """Sum one query's stats rows of the batch into its progress (``observedMetrics``)."""
-    mine = (F.col("row") == "stats") & (F.col("query") == query)
-    sums = [
-        F.coalesce(F.sum(F.when(mine, F.col(c))), F.lit(0).cast(kind)).alias(c)
-        for c, kind in STATS_COLUMNS.items()
-        if c not in ("x_left", "x_right", "min_ts_ns", "max_ts_ns")
-    ]
-    return joined.observe(
-        observe_name(query),
-        *sums,
-        F.avg(F.when(mine, F.col("x_left"))).alias("x_left"),
-        F.avg(F.when(mine, F.col("x_right"))).alias("x_right"),
-        F.min(F.when(mine, F.col("min_ts_ns"))).alias("min_ts_ns"),
-        F.max(F.when(mine, F.col("max_ts_ns"))).alias("max_ts_ns"),
-        F.count(F.when(mine, F.lit(1))).alias("buckets"),
-    )
-
-
-def build_joins(
-    packets: DataFrame,
-    queries: tuple[JoinQuery, ...],
-    shedding: SheddingConfig,
-    *,
-    lateness_s: float,
-    control_path: str | None = None,
-    raw: bool = False,
-) -> DataFrame:
-    """All queries' join results, ``RESULT_COLUMNS``, with per-query statistics observed.
-
-    ``packets``: the decoded packet stream, or (``raw``) the raw Kafka messages, decoded and
-    staged in the tasks with pyarrow (:func:`build_staged_raw`).
-    """
-    check_unique_names("join", queries)  # each query and ``shedding`` were checked when built
-    # Stage 1: every query's two sides in one pass, each row in a hash bucket of its key.
-    if raw:
-        keyed = build_staged_raw(packets, queries, shedding.buckets)
-    else:
-        keyed = build_staged(packets, queries, shedding.buckets)
-    # Stage 2: per (query, bucket), the symmetric hash join over all the bucket's keys at once.
-    joined = keyed.groupBy("query", "bucket").transformWithStateInPandas(
-        statefulProcessor=JoinProcessor(join_specs(queries, shedding, lateness_s=lateness_s), control_path),
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode="None",
-    )
-    observed = reduce(_observed, (q.name for q in queries), joined)
-    # Statistics rows went into the progress; the sink gets the results.
-    return observed.where(F.col("row") != "stats").select(*RESULT_COLUMNS)
-
-
-def build_join_outputs(spark: SparkSession, cfg: Config) -> dict[str, DataFrame]:
-    """The ``joins`` result kind: one streaming query for every configured join query.
-
-    It reads the packets topic raw and decodes and stages in its tasks (:func:`build_staged_raw`).
-    """
-    queries = cfg.queries.join
-    if not queries:
-        return {}
-    control = str(control_file(cfg))
-    messages = raw_messages(kafka_stream(spark, cfg), cfg.pipeline.max_future_s)
-    return {
-        "joins": build_joins(
-            messages,
-            queries,
-            cfg.shedding,
-            lateness_s=cfg.pipeline.watermark_s,
-            control_path=control,
-            raw=True,
-        )
-    }
-
-
 # -- Spark's own join, the reference of the equality test and the benchmark -----------------------
 def build_spark_join(packets: DataFrame, q: JoinQuery) -> DataFrame:
     """Spark's stream-stream inner join of the query's two sides with the same time-range condition.
@@ -452,25 +351,29 @@ def build_spark_join(packets: DataFrame, q: JoinQuery) -> DataFrame:
 
 # -- the controller on the driver: the ``shedding`` kind ------------------------------------------
 class SheddingListener(CommittingListener):
-    """The ``shedding`` kind: the controller at each progress of the joins query, and its rows.
+    """The ``shedding`` kind: the controller after each batch of the joins, and its rows.
 
-    At each progress of the joins query (told apart by its sink path, ``sink``) it calls
-    :meth:`SheddingController.update`, replaces the control file ``control`` with the new
-    fractions and commits the batch's :class:`SheddingRecord` rows into ``results``
+    The joins run on the shared query (``pipeline.joins_batch``). At each progress of a query it
+    follows (:meth:`follow`, told before the query starts, with its batch function) it reads the
+    join queries' statistics of that batch (``BatchFigures.observed``) and calls
+    :meth:`SheddingController.update` with them in the shape of Spark's progress (the batch's
+    ``observedMetrics``, and as the batch's duration the joins kind's own seconds of it: the
+    shared batch's other kinds are not the join's cost), replaces the control file ``control``
+    with the new fractions and commits the batch's :class:`SheddingRecord` rows into ``results``
     (``pipeline.batch_sink.write_table``: ``batch-<id>/part-00000.parquet``, then
-    ``_commits/<id>.json``, ``id`` the joins batch id). One commit per joins batch with input:
+    ``_commits/<id>.json``, ``id`` the shared batch id). One commit per batch with join input:
 
     - a progress handed over twice is ignored the second time: the controller only takes batch
       ids newer than the last it saw;
     - a batch id committed before and handled again (by a new controller, say) rewrites that
       commit whole, never adds to it;
-    - Spark reports a batch once, after the joins query committed it: a batch it runs again
-      after a crash had not been reported. A restarted joins query goes on with its
-      checkpoint's batch ids, so its commits follow the earlier ones; the ids start again at 0
-      only when the joins checkpoint is removed, and ``pipeline.job.reset_kinds`` then removes
-      ``results/shedding/`` too. A driver that dies between the joins batch's commit and this
-      listener's loses that batch's row (the statistics are not part of the exactly-once
-      contract; the join's output is).
+    - Spark reports a batch once, after the query committed it; a restarted query goes on with
+      its checkpoint's batch ids, so its commits follow the earlier ones. A driver that dies
+      between the batch's commit and this listener's loses that batch's row (the statistics are
+      not part of the exactly-once contract; the join's output is).
+
+    A progress of a query followed without a batch function (an older netmon's joins query, in
+    tests) is read as Spark wrote it: its own observed metrics and duration.
 
     It counts what it committed since its controller was (re)started (``commits``, ``rows``,
     ``last_batch_id``, the time of the last commit ``seconds``) for the pipeline's status, and
@@ -480,21 +383,33 @@ class SheddingListener(CommittingListener):
 
     name = "shedding listener"
 
-    def __init__(self, sink: str, control: Path, results: Path, controller: SheddingController) -> None:
+    def __init__(self, control: Path, results: Path, controller: SheddingController) -> None:
         super().__init__()
-        self.sink = sink
         self.control = control
         self.results = results
         self.controller = controller
+        self._following: dict[str, Any] = {}
 
     def handle(self, progress: Mapping[str, Any]) -> list[SheddingRecord]:
         """Fold one progress (``json.loads`` of Spark's progress JSON) in; the records committed.
 
-        None (an empty list) for another query's progress, a batch without input, or a batch the
-        controller has seen.
+        None (an empty list) for another query's progress, a batch without join input, or a
+        batch the controller has seen.
         """
-        if self.sink not in str((progress.get("sink") or {}).get("description", "")):
+        name = progress.get("name")
+        if name not in self._following:
             return []
+        source = self._following[name]
+        if source is not None:
+            figures = source.figures(int(progress.get("batchId", -1)))
+            if figures is None or not figures.observed:
+                return []
+            progress = {
+                "batchId": progress.get("batchId"),
+                "timestamp": progress.get("timestamp"),
+                "observedMetrics": figures.observed,
+                "durationMs": {"triggerExecution": round(1000 * figures.seconds.get("joins", 0.0))},
+            }
         with self._lock:
             started = time.perf_counter()
             records = self.controller.update(progress)
@@ -510,8 +425,10 @@ class SheddingListener(CommittingListener):
             return records
 
     def follow(self, query: str, batch: Any = None) -> None:
-        """What ``pipeline.job`` tells every listener kind before a query it follows starts; this
-        one tells the joins query by its sink (``sink``), so there is nothing to note."""
+        """Handle the progress of ``query`` from now on; ``batch``: its batch function (the shared
+        query's, whose figures hold the joins kind's statistics), None to read the progress's own."""
+        with self._lock:
+            self._following[query] = batch
 
     def renew(self, controller: SheddingController) -> None:
         """Use ``controller`` from now on; the counts start again."""
@@ -558,17 +475,10 @@ def start_shedding(spark: SparkSession, cfg: Config) -> SheddingListener:
     key = (id(spark), str(Path(cfg.paths.data_dir).resolve()))
     listener = _LISTENERS.get(key)
     if listener is None:
-        listener = SheddingListener(
-            str(results_dir(cfg, "joins")), control, results_dir(cfg, "shedding"), controller
-        )
+        listener = SheddingListener(control, results_dir(cfg, "shedding"), controller)
         spark.streams.addListener(listener)
         listener._session = spark
         _LISTENERS[key] = listener
     else:
         listener.renew(controller)
     return listener
-
-
-def start_controller(spark: SparkSession, cfg: Config) -> SheddingController:
-    """:func:`start_shedding`, for a caller that only wants the controller."""
-    return start_shedding(spark, cfg).controller

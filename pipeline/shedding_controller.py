@@ -17,9 +17,11 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
    seconds for about ``span`` seconds of event time, so ``B = cpu_budget · trigger_s / span``
    seconds per event second. A query with a ``share`` (``[[queries.join]] cpu_share``) gets that
    fraction of the budget; the others divide the rest in proportion to their unshed cost. With
-   ``budget_scope = "batch"`` (the default) the budget bounds the whole micro-batch, not only
-   the operator: the batch also reads and decodes every packet, ships and
-   writes every result row, commits state and plans the next batch, which eq. (2) does not count.
+   ``budget_scope = "batch"`` (the default) the budget bounds the joins' whole part of the
+   micro-batch, not only the operator: the joins kind also stages the records, writes every
+   result row and saves its state, which eq. (2) does not count (its seconds in the shared batch,
+   ``pipeline.joins.SheddingListener``; before the joins ran on the shared query, the duration
+   of their own query's batch, which also read and decoded every packet).
    The operator's share is then ``B / ρ`` with ``ρ`` = batch duration / operator time (EWMA), so
    that the batch, not only the join, meets the budget. This is multiplicative feedback on the
    measured batch: overhead proportional to the join's work (result rows) is met in one step, a

@@ -2,7 +2,7 @@
 
 STREAM keeps every plan element's statistics in a Control Table and monitored itself with
 continuous queries over an internal system stream. Here every micro-batch of every pipeline
-query — the shared query ``packets`` and the ``joins`` query — becomes one row of
+query — the shared query ``packets``, which runs every kind — becomes one row of
 ``results/sys/<query>/``, republished on the Kafka topic ``<prefix>sys`` like every kind, so
 alert rules can watch the pipeline itself (the built-in ``pipeline-lag``: ``backlog_s > 30`` for
 a minute) and the dashboard's Resources page plots it beside the cost model's estimates.
@@ -22,10 +22,11 @@ What a row holds (``docs/results.md`` names every column and its unit):
 - for the shared query, from its batch function (:class:`BatchFigures`, which
   ``pipeline.job.SharedBatch`` keeps per batch id): the packets decoded, the newest event time
   read and each batch kind's own seconds;
-- for the joins query, from its observed metrics (``join.<query>``): the newest event time, the
-  tuples held in the join's windows and the shedding fractions the batch applied (the control
-  file's, ``pipeline.joins.control_file``, or the static ``[shedding]`` ones, for a join query
-  without input in the batch);
+- for the join queries, from the joins kind's statistics of the batch (``join.<query>``, in
+  :attr:`BatchFigures.observed`; the observed metrics of an older netmon's joins query are read
+  the same way): the newest event time, the tuples held in the join's windows and the shedding
+  fractions the batch applied (the control file's, ``pipeline.joins.control_file``, or the
+  static ``[shedding]`` ones, for a join query without input in the batch);
 - the knobs in force: ``[pipeline] trigger_s``, ``watermark_s`` and the Kafka messages a batch
   may read.
 
@@ -80,7 +81,7 @@ _UTC_US = pa.timestamp("us", tz="UTC")
 
 #: The shared query's parts whose seconds a row carries (``SharedBatch.seconds``): ``stage1`` (the
 #: Kafka read, decode and every kind's stage 1) and each batch kind's own step.
-BATCH_KIND_SECONDS = ("stage1", "traffic", "topk", "distinct", "features")
+BATCH_KIND_SECONDS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
 
 #: The columns of ``results/sys/`` (``docs/results.md``, "sys").
 SYS_SCHEMA = pa.schema(
@@ -129,6 +130,9 @@ class BatchFigures:
     seconds: Mapping[str, float] = field(default_factory=dict)
     #: the drop boxes' fractions the batch applied, per top-k query (``pipeline.resource_manager``)
     keep: Mapping[str, float] = field(default_factory=dict)
+    #: the join queries' statistics of the batch (``observe_name(query)`` -> sums), when the
+    #: joins kind ran on it (``pipeline.joins_batch``); None when it did not
+    observed: Mapping[str, Mapping[str, Any]] | None = None
 
 
 class FiguresSource(Protocol):
@@ -144,8 +148,8 @@ class Knobs:
     ``shared_batch_messages``: the Kafka messages a batch of the shared query may read (``[spark]
     max_offsets_per_trigger``, else ``[pipeline] max_batch_messages``); ``stream_batch_messages``:
     those of a stream kind's query (``[spark] max_offsets_per_trigger``); 0: no cap. For the
-    joins query's fractions: each join query's strategy, the static ``[shedding]`` fractions and
-    the controller's control file.
+    joins' fractions: each join query's strategy, the static ``[shedding]`` fractions and the
+    controller's control file.
     """
 
     trigger_s: float
@@ -301,7 +305,7 @@ def _join_metrics(observed: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 def _fractions(joins: Mapping[str, Mapping[str, Any]], knobs: Knobs) -> dict[str, tuple[float, float]]:
     """The shedding fractions each join query applied in the batch: its observed ``x_left`` /
-    ``x_right`` (the mean over its buckets, which all read the same control file), else — no
+    ``x_right`` (an older netmon's joins query: the mean over its buckets), else — no
     input in the batch — the control file's, else the static ``[shedding]`` ones; 1 without
     shedding (strategy ``none``)."""
     control: dict[str, tuple[float, float]] | None = None
@@ -357,6 +361,9 @@ def sys_row(
         state_rows = sum(_int(op.get("numRowsTotal"), "numRowsTotal") or 0 for op in ops)
         state_bytes = sum(_int(op.get("memoryUsedBytes"), "memoryUsedBytes") or 0 for op in ops)
     joins = _join_metrics(_mapping(progress.get("observedMetrics"), "observedMetrics"))
+    joins_here = figures is not None and figures.observed is not None
+    if figures is not None and figures.observed:
+        joins |= _join_metrics(figures.observed)
 
     # The newest event time the batch read: the batch function's, Spark's (a watermarked
     # query), the join operator's.
@@ -386,7 +393,8 @@ def sys_row(
             (_int(m.get("state_left"), "state_left") or 0) + (_int(m.get("state_right"), "state_right") or 0)
             for m in joins.values()
         )
-    fractions = _fractions(joins, knobs) if query != SHARED_QUERY and knobs.join_strategies else {}
+    shedding_here = (query != SHARED_QUERY or joins_here) and knobs.join_strategies
+    fractions = _fractions(joins, knobs) if shedding_here else {}
     seconds = dict(figures.seconds) if figures is not None else {}
     sampled = {name: float(x) for name, x in figures.keep.items() if x < 1} if figures is not None else {}
     return {

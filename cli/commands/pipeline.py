@@ -32,12 +32,11 @@ POLL_S = 2.0
 RESET_HELP = (
     "Remove KIND's results and state instead of running, then exit (repeatable; KIND one of "
     f"{', '.join(RESULT_KINDS)}, or all). Asks first unless --yes, and prints what it removes. "
-    "traffic/topk/distinct: their results and state only; the shared Kafka read keeps its offsets, so "
-    "the other kinds are not replayed and KIND starts empty from the next batch on (windows open at "
-    "the reset lose their earlier packets; packets read before are not read again for it). "
-    "joins (which brings shedding and sys): the joins query starts afresh from the earliest offsets "
-    "the topic still holds. shedding: its rows and the controller's fractions go; it commits again "
-    "from the joins query's next batch. all: everything, every query from the earliest offsets. "
+    "traffic/topk/distinct/features/joins: their results and state only; the shared Kafka read keeps "
+    "its offsets, so the other kinds are not replayed and KIND starts empty from the next batch on "
+    "(windows open at the reset lose their earlier packets; packets read before are not read again "
+    "for it); joins brings shedding. shedding: its rows and the controller's fractions go; it "
+    "commits again from the next batch with join input. all: everything, from the earliest offsets. "
     "Refused while a pipeline runs on the data directory."
 )
 
@@ -103,7 +102,8 @@ def command(
             stop_error = _stop(pipeline)
     if error:
         name, _, cause = error.partition(": ")
-        fail("pipeline", f"query {name} failed: {cause}; the other queries were stopped", 1)
+        others = "the other queries were stopped" if len(pipeline.queries) > 1 else "the pipeline stopped"
+        fail("pipeline", f"query {name} failed: {cause}; {others}", 1)
     if stop_error and stop.is_set():
         click.echo(f"netmon pipeline: warning: stopping the queries: {stop_error}", err=True)
     elif stop_error:

@@ -81,13 +81,13 @@ def panel() -> None:
         title="CPU: measured share of the trigger interval vs the cost model's estimate",
     )
     fig.add_hline(y=BUDGETS["cpu_bound"], line_dash="dash", annotation_text="[resources] budget − reserve")
-    if query != "packets":
+    if query != "packets" or cfg.queries.join:  # the joins run on the shared query
         fig.add_hline(y=BUDGETS["shedding_cpu"], line_dash="dot", annotation_text="[shedding] cpu_budget")
     fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="CPU s per s", legend_title="")
     st.plotly_chart(fig, width="stretch")
     parts = [
         c
-        for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s", "features_s")
+        for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s", "features_s", "joins_s")
         if c in rows and rows[c].notna().any()
     ]
     if parts:

@@ -523,8 +523,8 @@ class SheddingConfig:
 
     #: the join's share of each trigger interval (1.0 = one core for the whole interval)
     cpu_budget: float = 0.8
-    #: what the budget bounds: "batch" = the whole micro-batch's duration (Spark's per-batch work,
-    #: reading and writing included); "operator" = the join operator's own time only (seed 003's cost)
+    #: what the budget bounds: "batch" = the joins kind's whole time in the micro-batch (staging,
+    #: writing rows, saving state included); "operator" = the join operator's own time only (seed 003's)
     budget_scope: str = "batch"
     #: fractions before the controller's first decision (and without the "shedding" kind)
     x_left: float = 1.0
@@ -533,7 +533,9 @@ class SheddingConfig:
     smoothing: float = 0.5
     #: largest change of a fraction per batch
     max_step: float = 0.25
-    #: hash buckets of join keys per query (one stateful call each per micro-batch)
+    #: hash buckets of join keys per query: read by Spark's reference staging only
+    #: (``pipeline.joins.build_staged``); the joins kind keeps one join per query. Kept so that
+    #: older configs load.
     buckets: int = 8
     #: seed of the shedders' random generators
     seed: int = 0

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from netmon.config import Config, load_config
-from netmon.results import COMMITS, checkpoint_dir, results_dir, status_file
+from netmon.results import COMMITS, SHARED_QUERY, checkpoint_dir, results_dir, status_file
 from tests.conftest import REPO_ROOT, free_port
 
 NETMON = Path(sys.executable).with_name("netmon")
@@ -76,16 +76,17 @@ master = "local[1]"
 
 @pytest.mark.kafka
 @pytest.mark.spark
-def test_a_failing_query_stops_the_others_and_exits_1_naming_it(
+def test_a_failing_query_stops_the_pipeline_and_exits_1_naming_it(
     kafka_bootstrap: str, netmon_config: Config, tmp_path: Path
 ) -> None:
     config = _config(tmp_path, kafka_bootstrap)
     cfg = load_config(config, env={})
-    # A poisoned checkpoint: the joins query starts, then dies reading its offset log.
-    joins = checkpoint_dir(cfg, "joins")
-    (joins / "offsets").mkdir(parents=True)
-    (joins / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
-    (joins / "offsets" / "0").write_text("v1\n{garbage\n")
+    # A poisoned checkpoint: the shared query (every kind, the joins included) starts, then dies
+    # reading its offset log.
+    shared = checkpoint_dir(cfg, SHARED_QUERY)
+    (shared / "offsets").mkdir(parents=True)
+    (shared / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+    (shared / "offsets" / "0").write_text("v1\n{garbage\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETMON_")}
     env.update(NETMON_CONFIG=str(config), NETMON_CACHE_DIR=str(netmon_config.paths.cache_dir))
     proc = subprocess.run(
@@ -95,10 +96,10 @@ def test_a_failing_query_stops_the_others_and_exits_1_naming_it(
     # One line of ours; Spark's JVM logs the failure on the same stderr, in its own time.
     ours = [line for line in proc.stderr.splitlines() if line.startswith("netmon pipeline: error:")]
     assert len(ours) == 1, proc.stderr[-3000:]
-    assert ours[0].startswith("netmon pipeline: error: query joins failed: Unexpected character")
-    assert ours[0].endswith("; the other queries were stopped")
+    assert ours[0].startswith(f"netmon pipeline: error: query {SHARED_QUERY} failed: Unexpected character")
+    assert ours[0].endswith("; the pipeline stopped")
     assert "Traceback" not in proc.stderr
-    # The healthy query was running, and was stopped before the exit.
+    # Every kind ran on that query, and was stopped before the exit.
     status = json.loads(status_file(cfg).read_text())["queries"]
     assert set(status) >= {"topk", "joins"} and not any(q["active"] for q in status.values())
 
@@ -246,9 +247,6 @@ RESETS = {
         "checkpoints/shedding",
         "checkpoints/publish/shedding.json",
         "control/joins",
-        # the sys rows of the joins query are named by its batch ids too (no checkpoint of its own)
-        "results/sys",
-        "checkpoints/publish/sys.json",
     ],
     ("sys",): ["results/sys", "checkpoints/publish/sys.json"],
     ("topk", "traffic", "topk"): [

@@ -105,19 +105,16 @@ def test_reset_is_refused_while_a_pipeline_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.kafka
-def test_reset_joins_with_topics_also_removes_the_shedding_and_sys_topics(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    # both kinds commit under the joins query's batch ids: a joins reset must take them along
+def test_reset_joins_with_topics_removes_the_shedding_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # the shedding controller's fractions and rows belong to the joins' state: they go along; the
+    # sys rows are the shared query's (its batch ids go on), they stay
     toml, _, prefix = _setup(tmp_path, kafka_bootstrap)
     for kind in ("joins", "shedding", "sys"):
         ensure_topic(kafka_bootstrap, f"{prefix}.{kind}", 1)
     result = CliRunner().invoke(cli, ["--config", str(toml), "reset", "--kind", "joins", "--topics", "--yes"])
     assert result.exit_code == 0, result.output
-    for kind in ("joins", "shedding", "sys"):
+    for kind in ("joins", "shedding"):
         assert f"deleted Kafka topic {prefix}.{kind}" in result.output
-    assert _topics(kafka_bootstrap, prefix, expect={prefix, f"{prefix}.traffic", f"{prefix}.topk"}) == {
-        prefix,
-        f"{prefix}.traffic",
-        f"{prefix}.topk",
-    }
+    assert f"{prefix}.sys" not in result.output
+    kept = {prefix, f"{prefix}.traffic", f"{prefix}.topk", f"{prefix}.sys"}
+    assert _topics(kafka_bootstrap, prefix, expect=kept) == kept

@@ -29,7 +29,15 @@ from ingest import read_records
 from ingest.replay import ReplayOptions, replay
 from netmon.config import Config, ConfigError, JoinQuery, SheddingConfig
 from netmon.kafka_admin import recreate_topic
-from netmon.results import COMMITS, checkpoint_dir, read_results, result_files, results_dir, status_file
+from netmon.results import (
+    COMMITS,
+    SHARED_QUERY,
+    checkpoint_dir,
+    read_results,
+    result_files,
+    results_dir,
+    status_file,
+)
 from pipeline.job import Pipeline, start_pipeline
 from pipeline.joins import SheddingListener, build_spark_join, control_file, filter_column
 from pipeline.publish import ResultPublisher
@@ -168,7 +176,7 @@ def spark_join_rows(spark: Any, cfg: Config, out: Path) -> pa.Table | None:
 @pytest.mark.spark
 def test_settings_are_validated(spark) -> None:
     """Bad settings fail when built (config load, ``cfg.replace``, direct use), before Spark sees them."""
-    from pipeline.joins import build_joins
+    from pipeline.joins_batch import SharedJoins
 
     bad = [
         ({"query": "nope"}, "query: expected one of handshake, link"),
@@ -188,10 +196,9 @@ def test_settings_are_validated(spark) -> None:
             SheddingConfig(**fields)
         with pytest.raises(ConfigError, match=rf"\[shedding\] {name}"):
             Config().replace(shedding=fields)
-    # A tuple handed to the operator directly: names must still be unique (they key its state).
-    packets = spark.createDataFrame([], "ts timestamp")
+    # A tuple handed to the joins kind directly: names must still be unique (they key its state).
     with pytest.raises(ConfigError, match=r"\[\[queries\.join\]\] name: query names must be unique"):
-        build_joins(packets, (HANDSHAKE, HANDSHAKE), SheddingConfig(), lateness_s=0)
+        SharedJoins((HANDSHAKE, HANDSHAKE), {}, Path("results"), Path("checkpoint"))
 
 
 @pytest.mark.spark
@@ -275,14 +282,13 @@ LIVE_SHEDDING = SheddingConfig(cpu_budget=0.002, smoothing=1.0, max_step=0.5, bu
 
 
 def measured_batches(pipeline: Pipeline) -> set[tuple[str, int]]:
-    """(join query, batch id) of every joins batch with input for that query, from its progress."""
+    """(join query, batch id) of every batch with input for that join query, from the joins
+    kind's own statistics of its batches (``SharedJoins.observed``)."""
     out = set()
-    for p in pipeline.queries["joins"].recentProgress:
-        if "addBatch" not in (p.get("durationMs") or {}):
-            continue  # an idle trigger (it reports the id of the batch to come)
-        for name, m in (p.get("observedMetrics") or {}).items():
+    for batch_id, observed in pipeline.batch_functions["joins"].observed.items():
+        for name, m in observed.items():
             if int(m["n_left"] or 0) + int(m["n_right"] or 0):
-                out.add((name.removeprefix("join."), int(p["batchId"])))
+                out.add((name.removeprefix("join."), int(batch_id)))
     return out
 
 
@@ -314,7 +320,8 @@ def restarted_joins(
     try:
         running = {q.name for q in spark.streams.active}
         deadline = time.monotonic() + 240
-        while (stats := first.poll().get("joins")) is None or stats.batches < 2:
+        while len(measured_batches(first)) < 2:
+            first.poll()
             assert first.failed() is None, first.failed()
             assert time.monotonic() < deadline, "no batches"
             time.sleep(0.5)
@@ -376,14 +383,15 @@ def test_restart_keeps_join_state_and_the_controller_sheds(
 def test_shedding_rows_are_committed_per_joins_batch_without_a_query_of_their_own(
     spark, kafka_bootstrap, netmon_config, tmp_path_factory
 ) -> None:
-    """The ``shedding`` kind runs no streaming query: the listener on the joins query commits one
-    row per join query and joins batch with input, named by the joins batch id, across a restart
-    (the restarted query goes on with its checkpoint's batch ids)."""
+    """Neither the joins nor the ``shedding`` kind run a streaming query of their own: the joins
+    run on the shared query, and the listener commits one row per join query and batch with join
+    input, named by the shared batch id, across a restart (the restarted query goes on with its
+    checkpoint's batch ids)."""
     run = restarted_joins(spark, netmon_config, tmp_path_factory)
     cfg = run["cfg"]
     running, first_queries, second_queries = run["queries"]
-    assert "joins" in running and "shedding" not in running
-    assert first_queries == second_queries == {"joins"}
+    assert SHARED_QUERY in running and not {"joins", "shedding"} & running
+    assert first_queries == second_queries == {SHARED_QUERY}
     before, after = run["batches"]
     assert before and after and max(b for _, b in before) < min(b for _, b in after)
 
@@ -475,9 +483,10 @@ def test_shedding_rows_keep_their_schema_beside_an_older_spark_sink_history(
     spark_files = result_files(results)
     assert spark_files and (results / "_spark_metadata" / "0").exists()
     # Now the listener commits the same batch ids (those of the joins query) beside it.
-    listener = SheddingListener(str(results_dir(cfg, "joins")), control_file(cfg), results, controller())
+    listener = SheddingListener(control_file(cfg), results, controller())
+    listener.follow("joins")  # an older netmon's joins query: its progress's own metrics
     for body in batches:
-        body["sink"]["description"] = f"FileSink[{results_dir(cfg, 'joins')}]"
+        body["name"] = "joins"
         assert listener.handle(body)
     assert sorted(p.name for p in (results / COMMITS).iterdir()) == ["0.json", "1.json"]
     ours = [f for f in result_files(results) if f not in spark_files]

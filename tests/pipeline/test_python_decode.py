@@ -156,10 +156,16 @@ def test_a_control_message_moves_the_newest_event_time() -> None:
     assert sorted(pc.cast(rows["ts"], pa.int64()).to_pylist()) == [1, 4, 5]
 
 
-def test_the_joins_pyarrow_staging_equals_sparks(spark) -> None:
-    """``pipeline.joins.build_staged_raw`` (pyarrow in the tasks) = ``build_staged`` (Spark's functions)."""
+def test_the_joins_staging_on_the_shared_batch_equals_sparks(spark, tmp_path) -> None:
+    """The joins kind's path — stage 1 in the tasks (``SharedJoins.specs``: the records on a join
+    side), then ``pipeline.joins.stage_rows`` on the driver — stages exactly the rows Spark's
+    functions stage (``pipeline.joins.build_staged``) from the same raw messages."""
+    from pyspark.sql import functions as F
+
     from netmon.config import JoinQuery
-    from pipeline.joins import build_staged, build_staged_raw
+    from pipeline.joins import build_staged
+    from pipeline.joins_batch import JOINS_SPEC, SharedJoins
+    from pipeline.partials import partials_of, rows_of
 
     queries = (
         JoinQuery(name="handshake"),
@@ -167,11 +173,16 @@ def test_the_joins_pyarrow_staging_equals_sparks(spark) -> None:
     )
     raw = _raw(spark, _messages())
     native = decode_packets(raw, 10.0, max_future_s=86400.0)
-    columns = ["query", "is_left", "ts", "key", "src_ip", "dst_ip", "src_port", "dst_port", "iface", "bucket"]
-
-    def rows_of(df) -> list[tuple]:
-        return sorted((tuple(r) for r in df.select(*columns).collect()), key=repr)
-
-    expected = rows_of(build_staged(native, queries, 16))
+    columns = ["query", "is_left", "ts", "key", "src_ip", "dst_ip", "src_port", "dst_port", "iface"]
+    staged_by_spark = build_staged(native, queries, 16)
+    micros = staged_by_spark.select(*columns[:2], F.unix_micros("ts").alias("ts"), *columns[3:])
+    expected = sorted((tuple(r) for r in micros.collect()), key=repr)
     assert {r[0] for r in expected} == {"handshake", "udp-tcp"} and len(expected) > 100
-    assert rows_of(build_staged_raw(raw_messages(raw, 86400.0), queries, 16)) == expected
+
+    joins = SharedJoins(queries, {}, tmp_path / "results", tmp_path / "checkpoint")
+    decoded, _, _ = decode_messages(raw_messages(raw, 86400.0).toArrow())
+    records, _ = rows_of(partials_of(decoded, joins.specs), JOINS_SPEC)
+    staged = joins._staged(records)
+    staged = staged.set_column(2, "ts", pc.cast(staged["ts"], pa.int64()))
+    got = sorted(zip(*(staged[c].to_pylist() for c in columns), strict=True), key=repr)
+    assert got == expected

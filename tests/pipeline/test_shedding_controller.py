@@ -320,14 +320,45 @@ def _event(body: dict[str, Any] | str) -> SimpleNamespace:
     return SimpleNamespace(progress=SimpleNamespace(json=text))
 
 
+class _SharedFigures:
+    """The shared query's batch function as the listener sees it: ``figures(batch_id)``."""
+
+    def __init__(self) -> None:
+        self.by_batch: dict[int, Any] = {}
+
+    def figures(self, batch_id: int) -> Any:
+        return self.by_batch.get(batch_id)
+
+
+def _shared(body: dict[str, Any] | str, source: _SharedFigures) -> dict[str, Any]:
+    """A joins progress as the shared query now reports it: the join statistics and the joins
+    kind's seconds in the batch function's figures; the progress itself is the whole shared
+    batch's (here 9.999 s, far longer than the joins' 1.8 s)."""
+    from netmon.results import SHARED_QUERY
+    from pipeline.sys_stats import BatchFigures
+
+    body = json.loads(body) if isinstance(body, str) else dict(body)
+    observed = body.pop("observedMetrics")
+    joins_s = body["durationMs"]["triggerExecution"] / 1000
+    body.update(name=SHARED_QUERY, durationMs={"triggerExecution": 9999, "addBatch": 9000})
+    source.by_batch[body["batchId"]] = BatchFigures(
+        packets=1000, newest_ns=None, seconds={"joins": joins_s}, observed=observed
+    )
+    return body
+
+
 def test_listener_writes_fractions_and_commits_one_batch_per_joins_batch(tmp_path: Path) -> None:
-    """The ``shedding`` kind: each joins batch's rows committed under its batch id, once."""
-    from netmon.results import COMMITS, read_results, result_files
+    """The ``shedding`` kind: each batch's rows committed under its batch id, once, from the joins
+    kind's statistics in the shared query's figures."""
+    from netmon.results import COMMITS, SHARED_QUERY, read_results, result_files
     from pipeline.joins import SheddingListener
 
     control, results = tmp_path / "fractions.json", tmp_path / "results" / "shedding"
-    listener = SheddingListener("/data/results/joins", control, results, controller())
-    listener.onQueryProgress(_event(PROGRESS))
+    listener = SheddingListener(control, results, controller())
+    source = _SharedFigures()
+    listener.follow(SHARED_QUERY, source)
+    first = _shared(PROGRESS, source)
+    listener.onQueryProgress(_event(first))
     assert read_control(control) == {"link": (pytest.approx(0.9), 0.0)}
 
     def committed() -> list[tuple[str, int]]:
@@ -341,27 +372,31 @@ def test_listener_writes_fractions_and_commits_one_batch_per_joins_batch(tmp_pat
     assert table is not None
     [row] = table.to_pylist()
     assert row["next_x_left"] == pytest.approx(0.9)
+    # the batch's duration is the joins kind's own seconds, not the whole shared batch's
+    assert row["batch_utilisation"] == pytest.approx(1.8)
     # The same progress handed over again: ignored, still one commit.
-    listener.onQueryProgress(_event(PROGRESS))
+    listener.onQueryProgress(_event(first))
     assert committed() == [("link", 7)]
     # Handled again by a new controller (a restarted driver): the commit is rewritten, not added to.
     listener.renew(controller())
-    listener.onQueryProgress(_event(PROGRESS))
+    listener.onQueryProgress(_event(first))
     assert committed() == [("link", 7)]
     assert [f.relative_to(results).as_posix() for f in result_files(results)] == [
         "batch-000007/part-00000.parquet"
     ]
-    # The next joins batch: its own commit; the counts the pipeline's status shows.
-    later = progress(8, min_ts_ns=1795320000000000000, max_ts_ns=1795320001000000000)
+    # The next batch: its own commit; the counts the pipeline's status shows.
+    later = _shared(progress(8, min_ts_ns=1795320000000000000, max_ts_ns=1795320001000000000), source)
     assert [r.batch_id for r in listener.handle(later)] == [8]
     assert committed() == [("link", 7), ("link", 8)]
     assert (listener.commits, listener.rows, listener.last_batch_id) == (2, 2, 8)
     assert read_control_state(control)["link"]["clock_ns"] == 1795320001000000000
-    # Another query's progress (another sink), an idle trigger and a malformed event: ignored,
-    # never raised.
-    other = PROGRESS.replace("/data/results/joins", "/x/traffic").replace('"batchId": 7', '"batchId": 9')
+    # Another query's progress, a batch without join statistics (none kept, or none in it) and a
+    # malformed event: ignored, never raised.
+    other = {**json.loads(PROGRESS), "name": "other", "batchId": 9}
     listener.onQueryProgress(_event(other))
-    idle = {**json.loads(PROGRESS), "batchId": 9, "observedMetrics": {}}
+    no_figures = {**first, "batchId": 10}
+    listener.onQueryProgress(_event(no_figures))
+    idle = _shared({**json.loads(PROGRESS), "batchId": 11, "observedMetrics": {}}, source)
     listener.onQueryProgress(_event(idle))
     listener.onQueryProgress(_event("{"))
     assert committed() == [("link", 7), ("link", 8)]
@@ -373,7 +408,7 @@ def test_listener_knows_when_a_query_run_has_been_handled(tmp_path: Path) -> Non
     """Events come in order: once a run's end is seen, every progress of it has been handled."""
     from pipeline.joins import SheddingListener
 
-    listener = SheddingListener("/data/results/joins", tmp_path / "f.json", tmp_path / "r", controller())
+    listener = SheddingListener(tmp_path / "f.json", tmp_path / "r", controller())
     run = uuid.uuid4()
     assert not listener.drained(str(run), 0.0)
     listener.onQueryTerminated(SimpleNamespace(id=uuid.uuid4(), runId=run, exception=None))

@@ -192,6 +192,7 @@ EXPECTED_PACKETS = {
     "topk_s": 0.1,
     "distinct_s": 0.04,
     "features_s": None,  # the features kind did not run in this batch (not in FIGURES.seconds)
+    "joins_s": None,
     "state_rows": None,  # no state operator: the batch kinds keep their state in their own files
     "state_bytes": None,
     "join_state_rows": None,
@@ -224,6 +225,7 @@ EXPECTED_JOINS = {
     "topk_s": None,
     "distinct_s": None,
     "features_s": None,
+    "joins_s": None,
     "state_rows": 8,
     "state_bytes": 20480,
     "join_state_rows": 340,  # 280 + 20 + 30 + 10

@@ -1,0 +1,304 @@
+"""The window joins (kind ``joins``) on the shared micro-batch: one Kafka read for every kind.
+
+Until this module the joins ran as a streaming query of their own: a second Kafka read and
+decode of every packet, its own micro-batches competing for the two cores with the shared
+query's, and its own meaning of *late* (the join operator's clock per hash bucket). Measured, that
+second query was the largest cost left in the whole pipeline (docs/performance.md). Now the join
+is one more kind of the shared query (``pipeline.job.SharedBatch``):
+
+1. **Stage 1, in the tasks** (``pipeline.partials.RowsSpec``): the records that fall on some
+   side of some join query (:func:`join_rows`: a handshake query's SYNs and SYN-ACKs, a link
+   query's filtered packets with their key fields) travel to the driver as Arrow; the rest of a
+   flood never leaves its task. Late records are already gone: the shared decode drops them by
+   the one rule of every kind (``pipeline.partials.decode_messages``).
+2. **On the driver**: the rows are staged per query and side (``pipeline.joins.stage_rows``, the
+   same keys and filters as before) and each query's :class:`pipeline.join_state.JoinBucket` — the
+   symmetric hash join of seed 003 with its shedder, one vectorised call over all the batch's
+   keys — joins them with the shedding fractions of the control file
+   (``pipeline.joins.control_file``). The rows (``match`` and, for the handshake query,
+   ``unmatched``) are committed with the batch (``pipeline.batch_sink``): a batch Spark runs
+   again rewrites the same rows.
+
+The state is each query's join (``JoinBucket.to_bytes``: its windows and its shedder's random
+generator), one Arrow IPC file per batch that changed it beside the checkpoint
+(``state-<id>.arrow``), named by a versioned JSON (``pipeline.batch_state``) written after the
+rows: a batch that runs again starts from the version before it. The state is also held in
+memory between batches, and dropped when a batch fails half way (the join's windows are updated
+in place).
+
+Departures from the streaming query this replaces, both deliberate: a query's join is one hash
+join over all its keys (no buckets: the driver has one core for it, and one call is the
+cheapest), so a query's shedder has one random stream (seed: ``pipeline.join_state.bucket_seed``
+of bucket 0) and its clock is the newest tuple of the query, not of a bucket — an unanswered SYN
+is reported as soon as any later tuple of its query passes its window. The statistics the
+controller and the ``sys`` rows read are this kind's own, per batch (:attr:`SharedJoins.observed`),
+instead of Spark's observed metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analytics.join import BatchStats
+from analytics.keys import parse_key
+from netmon.config import Config, JoinQuery, check_unique_names
+from pipeline.batch_sink import write_table
+from pipeline.batch_state import BatchState
+from pipeline.join_state import PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinBucket, JoinSpec
+from pipeline.joins import RESULT_COLUMNS, _side_masks, control_file, join_specs, stage_rows
+from pipeline.partials import RowsSpec, rows_of
+from pipeline.shedding_controller import observe_name, read_control
+
+__all__ = ["JOINS_SPEC", "RESULT_SCHEMA", "SharedJoins", "build_joins_batch", "join_fields", "join_rows"]
+
+log = logging.getLogger(__name__)
+
+#: The stage-1 query name of the joins kind (``pipeline.partials``).
+JOINS_SPEC = "joins/rows"
+
+_ARROW_TYPES = {
+    "STRING": pa.string(),
+    "INT": pa.int32(),
+    "BIGINT": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+}
+#: The rows of ``results/joins/`` (the types Spark's file sink wrote for the same columns).
+RESULT_SCHEMA = pa.schema([(name, _ARROW_TYPES[PAIR_COLUMNS[name]]) for name in RESULT_COLUMNS])
+_STATE = pa.schema([("query", pa.string()), ("state", pa.large_binary())])
+#: batches whose statistics are kept for the listeners (they run after the next batch may begin)
+OBSERVED_KEPT = 64
+
+
+def _filter_fields(node: Any) -> set[str]:
+    """The record fields a parsed filter reads (``netmon.filters``' expression tree)."""
+    from netmon import filters as fl
+
+    if isinstance(node, fl._Bool):
+        return _filter_fields(node.left) | _filter_fields(node.right)
+    if isinstance(node, fl._Not):
+        return _filter_fields(node.inner)
+    return {node.field}
+
+
+def join_fields(queries: Iterable[JoinQuery]) -> tuple[str, ...]:
+    """The record columns stage 1 carries for ``queries``: the payload, what the handshake keys
+    need, and each link query's key and filter fields."""
+    from netmon.filters import parse_filter
+
+    fields = [*PAYLOAD, "proto", "tcp_flags", "tcp_seq", "tcp_ack"]
+    for q in queries:
+        if q.query == "link":
+            fields += parse_key(q.key) + parse_key(q.right_key or q.key)
+            for text in (q.left, q.right):
+                fields += sorted(_filter_fields(parse_filter(text)._node))
+    return tuple(dict.fromkeys(fields))
+
+
+def join_rows(queries: tuple[JoinQuery, ...], records: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Stage 1's selection: the records on some side of some query, with that side's key."""
+    keep = np.zeros(records.num_rows, bool)
+    for q in queries:
+        for mask, key in _side_masks(records, q):
+            hit = pc.and_(pc.fill_null(mask, False), pc.is_valid(key))
+            keep |= np.asarray(hit.to_numpy(zero_copy_only=False), bool)
+    return keep
+
+
+class SharedJoins:
+    """The joins kind on each micro-batch (module docstring).
+
+    Parameters
+    ----------
+    queries, specs
+        ``[[queries.join]]`` and the operator's view of them (``pipeline.joins.join_specs``).
+    results, checkpoint
+        ``results/joins/`` and the kind's checkpoint directory.
+    control
+        The shedding controller's control file (the fractions a batch applies), or None for the
+        static ones.
+    """
+
+    def __init__(
+        self,
+        queries: tuple[JoinQuery, ...],
+        specs: Mapping[str, JoinSpec],
+        results: Path,
+        checkpoint: Path,
+        *,
+        control: Path | None = None,
+    ) -> None:
+        check_unique_names("join", queries)
+        self.queries = tuple(queries)
+        self.join_specs = dict(specs)
+        self.results = Path(results)
+        self.store = Path(checkpoint)
+        self.state = BatchState(self.store / "versions")
+        self.control = control
+        #: per batch id: each join query's statistics (``observe_name(query)`` -> sums), as
+        #: the streaming query's observed metrics were; read by the shedding and sys listeners
+        self.observed: OrderedDict[int, dict[str, dict[str, Any]]] = OrderedDict()
+        #: the state this process holds: the batch id that saved it, each query's join
+        self._held: tuple[int, dict[str, JoinBucket]] | None = None
+
+    @property
+    def specs(self) -> tuple[RowsSpec, ...]:
+        """Stage 1: the records on some side of some join query."""
+        return (RowsSpec(JOINS_SPEC, join_fields(self.queries), select=partial(join_rows, self.queries)),)
+
+    def apply(self, partials: pa.Table, max_us: int | None, batch_id: int) -> None:
+        """Join the batch's records; commit the rows; save the state."""
+        before = self.state.load(batch_id) or {"version": None}
+        joins = self._load(before["version"])
+        self._held = None  # updated in place below: held again only once the batch is saved
+        records, _ = rows_of(partials, JOINS_SPEC)
+        staged = self._staged(records)
+        fractions = read_control(self.control) if self.control is not None else {}
+        frames: list[pa.Table] = []
+        observed: dict[str, dict[str, Any]] = {}
+        changed = False
+        for q in self.queries:
+            mine = staged.filter(pc.equal(staged["query"], q.name)) if staged.num_rows else staged
+            if not mine.num_rows:
+                continue
+            started = time.perf_counter()
+            spec = self.join_specs[q.name]
+            bucket = joins.setdefault(q.name, JoinBucket(spec, 0))
+            x_left, x_right = 1.0, 1.0  # without shedding every tuple is probed and inserted
+            if spec.strategy != "none":
+                x_left, x_right = fractions.get(q.name, (spec.x_left, spec.x_right))
+            rows = mine.drop_columns(["query"]).to_pandas()
+            out, stats = bucket.process(rows, x_left, x_right)
+            frames.append(_result_table(out))
+            ts = pc.cast(mine["ts"], pa.int64())
+            observed[observe_name(q.name)] = _observed(
+                stats, x_left, x_right, pc.min(ts).as_py() * 1000, pc.max(ts).as_py() * 1000, started
+            )
+            changed = True
+        for name, bucket in joins.items():  # the windows held by queries without input
+            if observe_name(name) not in observed:
+                held_left, held_right = bucket.join.state_size()
+                observed[observe_name(name)] = {
+                    "n_left": 0,
+                    "n_right": 0,
+                    "state_left": held_left,
+                    "state_right": held_right,
+                }
+        rows = pa.concat_tables(frames) if frames else RESULT_SCHEMA.empty_table()
+        write_table(rows, self.results, batch_id)
+        version = before["version"]
+        if changed:
+            version = batch_id
+            self._write_state(joins, version)
+        self.state.save(batch_id, {"version": version})
+        self._held = (version, joins) if version is not None else None
+        self._drop_states(keep={version, before["version"]})
+        self.observed[batch_id] = observed
+        while len(self.observed) > OBSERVED_KEPT:
+            self.observed.popitem(last=False)
+        log.debug(
+            "joins batch",
+            extra={
+                "batch": batch_id,
+                "records": 0 if records is None else records.num_rows,
+                "rows": rows.num_rows,
+            },
+        )
+
+    def _staged(self, records: pa.Table | None) -> pa.Table:
+        if records is None or not records.num_rows:
+            return pa.table({"query": pa.array([], pa.string())})
+        records = records.set_column(0, "ts", pc.cast(records["ts"], pa.timestamp("us", tz="UTC")))
+        return stage_rows(records, self.queries)
+
+    def _load(self, version: int | None) -> dict[str, JoinBucket]:
+        """Each query's join as saved by batch ``version`` (the held one when it is that)."""
+        if version is None:
+            return {}
+        if self._held is not None and self._held[0] == version:
+            return self._held[1]
+        path = self._state_path(version)
+        with pa.OSFile(str(path), "rb") as source:
+            table = pa.ipc.open_file(source).read_all()
+        joins = {}
+        for name, blob in zip(table["query"].to_pylist(), table["state"].to_pylist(), strict=True):
+            if name in self.join_specs:  # a query removed from the config: its state goes
+                joins[name] = JoinBucket.from_bytes(blob, self.join_specs[name], 0)
+        return joins
+
+    def _state_path(self, version: int) -> Path:
+        return self.store / f"state-{version:06d}.arrow"
+
+    def _write_state(self, joins: Mapping[str, JoinBucket], version: int) -> None:
+        """Every query's join, whole (tmp + fsync + rename); the version naming it is saved after."""
+        table = pa.table(
+            {
+                "query": list(joins),
+                "state": pa.array([j.to_bytes() for j in joins.values()], pa.large_binary()),
+            },
+            schema=_STATE,
+        )
+        path = self._state_path(version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as fh:
+            with pa.ipc.new_file(fh, table.schema) as writer:
+                writer.write_table(table)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+
+    def _drop_states(self, keep: set[int | None]) -> None:
+        for path in self.store.glob("state-*.arrow"):
+            if int(path.stem.removeprefix("state-")) not in keep:
+                path.unlink(missing_ok=True)
+
+
+def _observed(
+    stats: BatchStats, x_left: float, x_right: float, min_ts_ns: int, max_ts_ns: int, started: float
+) -> dict[str, Any]:
+    """One query's statistics of the batch, the columns of ``pipeline.join_state.STATS_COLUMNS``."""
+    values: dict[str, Any] = {
+        name: getattr(stats, name)
+        for name in STATS_COLUMNS
+        if name not in ("busy_s", "x_left", "x_right", "min_ts_ns", "max_ts_ns") and hasattr(stats, name)
+    }
+    values.update(
+        x_left=float(x_left),
+        x_right=float(x_right),
+        min_ts_ns=int(min_ts_ns),
+        max_ts_ns=int(max_ts_ns),
+        busy_s=time.perf_counter() - started,
+        buckets=1,
+    )
+    return values
+
+
+def _result_table(out: pd.DataFrame) -> pa.Table:
+    """The operator's result frame (``match`` and ``unmatched`` rows) as :data:`RESULT_SCHEMA`."""
+    frame = out[list(RESULT_COLUMNS)]
+    return pa.Table.from_pandas(frame, schema=RESULT_SCHEMA, preserve_index=False, safe=False)
+
+
+def build_joins_batch(cfg: Config, results: Path, checkpoint: Path) -> SharedJoins:
+    """The joins kind's function on the shared micro-batch (``[[queries.join]]``, ``[shedding]``)."""
+    queries = cfg.queries.join
+    return SharedJoins(
+        queries,
+        join_specs(queries, cfg.shedding, lateness_s=cfg.pipeline.watermark_s),
+        results,
+        checkpoint,
+        control=control_file(cfg),
+    )

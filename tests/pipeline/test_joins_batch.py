@@ -1,0 +1,155 @@
+"""The joins kind on the shared batch (``pipeline.joins_batch``), without Spark: stage-1 partials
+of a real capture cut into micro-batches, against the offline join, across restarts and reruns."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from analytics.join_queries import HandshakeQuery, LinkQuery, run_join
+from ingest import read_records
+from netmon.config import JoinQuery, SheddingConfig
+from netmon.results import read_results
+from pipeline.joins import join_specs
+from pipeline.joins_batch import SharedJoins
+from pipeline.partials import ROW_SCHEMA, partials_of
+from tests.conftest import REPO_ROOT
+
+SAMPLE = REPO_ROOT / "samples" / "mixed-small.pcap"
+HANDSHAKE = JoinQuery(name="handshake", query="handshake", window_s=3.0, strategy="none")
+LINK = JoinQuery(
+    name="web", query="link", left="dst_port=443", right="dst_port=80", window_s=2.0, strategy="none"
+)
+PNI = dataclasses.replace(LINK, name="web-pni", strategy="pni")
+QUERIES = (HANDSHAKE, LINK, PNI)
+SHED = SheddingConfig(x_left=0.5, x_right=0.3, seed=7)
+
+
+def _records() -> pa.Table:
+    table = pa.Table.from_batches(list(read_records(SAMPLE)))
+    ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
+    rows = table.set_column(0, "ts", ts).add_column(1, "is_control", pa.array([False] * table.num_rows))
+    return rows.cast(ROW_SCHEMA)
+
+
+def _batches(n: int) -> list[pa.Table]:
+    """The capture in ``n`` micro-batches cut by time (as Kafka offsets of one partition)."""
+    rows = _records()
+    cuts = [round(i * rows.num_rows / n) for i in range(n + 1)]
+    return [rows.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _kind(tmp: Path) -> SharedJoins:
+    return SharedJoins(
+        QUERIES, join_specs(QUERIES, SHED, lateness_s=5.0), tmp / "results", tmp / "checkpoint", control=None
+    )
+
+
+def _run(kind: SharedJoins, batches: list[pa.Table], first_id: int = 0) -> None:
+    for i, batch in enumerate(batches, start=first_id):
+        partials = partials_of(batch, kind.specs)
+        max_us = pc.max(pc.cast(batch["ts"], pa.int64())).as_py()
+        kind.apply(partials, max_us, i)
+
+
+def _rows(results: Path, query: str, row: str = "match") -> Counter[tuple[Any, ...]]:
+    table = read_results(results)
+    assert table is not None
+    mine = table.filter(pc.and_(pc.equal(table["query"], query), pc.equal(table["row"], row)))
+    return Counter(
+        zip(
+            mine["key"].to_pylist(),
+            pc.cast(mine["left_ts"], pa.int64()).to_pylist(),
+            pc.cast(mine["right_ts"], pa.int64()).to_pylist(),
+            mine["left_src_ip"].to_pylist(),
+            mine["right_dst_port"].to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _offline(query: HandshakeQuery | LinkQuery) -> Counter[tuple[str, int, int]]:
+    out = run_join(query, pa.Table.from_batches(list(read_records(SAMPLE)))).results
+    left = out["left_ts"].astype("int64") // 1000
+    right = out["right_ts"].astype("int64") // 1000
+    return Counter(zip(out["key"], left.tolist(), right.tolist(), strict=True))
+
+
+def _triples(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for key, n in rows.items():
+        out[key[:3]] += n
+    return out
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run over the capture in 12 batches; its directory."""
+    tmp = tmp_path_factory.mktemp("straight")
+    _run(_kind(tmp), _batches(12))
+    return tmp
+
+
+def test_unshed_rows_equal_the_offline_join_whatever_the_batches(straight: Path, tmp_path: Path) -> None:
+    for q, offline in (
+        (HANDSHAKE, HandshakeQuery(3.0)),
+        (LINK, LinkQuery("dst_port=443", "dst_port=80", 2.0)),
+    ):
+        got = _rows(straight / "results", q.name)
+        assert sum(got.values()) > 100, q.name
+        assert _triples(got) == _offline(offline), q.name
+    # other cuts, same rows
+    _run(_kind(tmp_path), _batches(3))
+    for q in QUERIES[:2]:
+        assert _rows(tmp_path / "results", q.name) == _rows(straight / "results", q.name)
+
+
+def test_a_restart_and_a_rerun_give_the_rows_of_a_straight_run(straight: Path, tmp_path: Path) -> None:
+    """A new process (nothing held in memory) goes on from the saved state; a batch run again
+    (same id, same input) after a crash rewrites the same rows — PNI's random choices included."""
+    batches = _batches(12)
+    _run(_kind(tmp_path), batches[:5])
+    _run(_kind(tmp_path), batches[4:7], first_id=4)  # restart; batch 4 runs again
+    kind = _kind(tmp_path)
+    _run(kind, batches[7:], first_id=7)
+    _run(kind, batches[11:], first_id=11)  # the last batch again, in the same process
+    for q in QUERIES:
+        for row in ("match", "unmatched"):
+            got, expected = _rows(tmp_path / "results", q.name, row), _rows(straight / "results", q.name, row)
+            assert got == expected, (q, row)
+    shed, full = _rows(straight / "results", PNI.name), _rows(straight / "results", LINK.name)
+    assert 0 < sum(shed.values()) < sum(full.values()) and not shed - full
+    # the state of two versions at most is kept on disk
+    assert len(list((tmp_path / "checkpoint").glob("state-*.arrow"))) <= 2
+
+
+def test_unanswered_syns_are_reported_and_the_statistics_kept(straight: Path) -> None:
+    answered = {k[:2] for k in _rows(straight / "results", HANDSHAKE.name)}
+    unmatched = _rows(straight / "results", HANDSHAKE.name, "unmatched")
+    assert unmatched and not {k[:2] for k in unmatched} & answered
+
+
+def test_statistics_per_batch_feed_the_controller(tmp_path: Path) -> None:
+    kind = _kind(tmp_path)
+    _run(kind, _batches(4))
+    assert list(kind.observed) == [0, 1, 2, 3]
+    total = Counter[str]()
+    for observed in kind.observed.values():
+        for name, m in observed.items():
+            if m["n_left"] + m["n_right"]:
+                assert m["x_left"] == (SHED.x_left if name == "join.web-pni" else 1.0)
+                total[name] += m["results"]
+    # every query's held windows, input or not (the sys rows' join_state_rows)
+    last = kind.observed[3]
+    assert set(last) == {f"join.{q.name}" for q in QUERIES}
+    assert sum(m["state_left"] + m["state_right"] for m in last.values()) > 0
+    got = read_results(tmp_path / "results")
+    assert got is not None
+    for q in QUERIES:
+        assert total[f"join.{q.name}"] == sum(_rows(tmp_path / "results", q.name).values())
