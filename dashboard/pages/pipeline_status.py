@@ -21,7 +21,7 @@ data_dir = str(cfg.paths.data_dir)
 st.title("Pipeline")
 st.caption(
     "Is it keeping up? Each micro-batch of each pipeline query (`packets`, the shared query of "
-    "traffic, top-k and distinct; `joins`) records the Kafka messages it took in and processed, "
+    "every kind; `joins` in an older netmon) records the Kafka messages it took in and processed, "
     "what it left waiting in Kafka and how long it took (the `sys` kind). A query keeps up while "
     "what waits after a batch takes less than a trigger interval to read."
 )
