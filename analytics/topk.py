@@ -7,6 +7,18 @@ them and the threshold ``delta`` (the sum of the sub-windows' k-th counts) are a
 O(k·N/b) key–count pairs. Items whose summed count exceeds ``delta`` are reported; they are truly
 above ``delta`` (no false positives) and their reported counts never exceed their true counts.
 
+False negatives (issue 18): every item whose true window count exceeds ``2·delta`` is reported.
+For an item with counts ``c_i`` in the window's sub-windows, k-th counts ``d_i`` (``delta = Σ d_i``),
+``L`` the sub-windows whose top-k list holds it and ``S = Σ_L c_i`` its summed count: an unlisted
+item has at most the k-th count (``c_i ≤ d_i`` off ``L``), so its true count is
+``T ≤ S + Σ_{i∉L} d_i ≤ S + delta``; unreported means ``S ≤ delta``, so ``T ≤ 2·delta``. A reported
+item has ``count ≤ T ≤ count + delta``. Tighter, as a listed item has ``c_i ≥ d_i``:
+``T ≤ delta + Σ_L (c_i − d_i)``, which gives ``T ≤ delta`` for every item when ``k = 1`` (and
+then nothing is ever reported) and for every unreported one when ``N = b``. Otherwise ``2·delta``
+is attained (:func:`unreported_bound`). The counts are those of the records the query counted: a
+drop box (``docs/overload.md``) makes them and ``delta`` Horvitz–Thompson estimates, and the bound
+then holds for the estimates, not deterministically for the true counts.
+
 Conventions shared by every implementation (offline, oracle, baselines, Spark), see ``docs/topk.md``:
 
 * a sub-window's top-k: count descending, ties by the key text ascending; with fewer than k
@@ -39,7 +51,7 @@ import pyarrow.compute as pc
 from analytics._base import Base
 from analytics.timetext import iso_utc as format_end
 
-__all__ = ["ExactSlidingTopK", "SubWindowTopK", "format_end", "top_k"]
+__all__ = ["ExactSlidingTopK", "SubWindowTopK", "format_end", "top_k", "unreported_bound"]
 
 Report = dict[str, Any]
 Items = tuple[tuple[str, int], ...]
@@ -71,6 +83,21 @@ def top_k(counts: Mapping[str, int], k: int) -> tuple[Items, int]:
     else:
         items = tuple(heapq.nsmallest(k, ((key, c) for key, c in counts.items() if c), key=_rank))
     return items, (items[-1][1] if len(items) == k else 0)
+
+
+def unreported_bound(delta: int, k: int, n_sub: int) -> int:
+    """The most an item missing from a report can have counted in the window: ``2·delta``.
+
+    ``delta`` itself when ``k == 1`` or the window is one sub-window (``n_sub = N/b == 1``); the
+    module docstring has the proof. The bound is attained: with ``k = 2`` and two event-time
+    sub-windows, the first holding only ``x`` (5 records, fewer than k keys: k-th count 0) and
+    the second ``a``, ``b`` and ``x`` 5 times each (``x`` third: k-th count 5) give
+    ``delta = 5``, ``x`` a summed count of 5 (not reported) and a true count of 10.
+
+    >>> unreported_bound(5, 2, 2), unreported_bound(5, 1, 2), unreported_bound(5, 3, 1)
+    (10, 5, 5)
+    """
+    return delta if k == 1 or n_sub == 1 else 2 * delta
 
 
 def _rank(item: tuple[str, int]) -> tuple[int, str]:
