@@ -7,29 +7,39 @@ range, not the history. A kind's rows can be in three layouts (``docs/results.md
 its own way:
 
 - **per-batch commits** (``pipeline.batch_sink``: ``batch-<id>/`` files named by
-  ``_commits/<id>.json``; traffic, topk, distinct, shedding, sys). A commit names its files and
-  nothing else, so a batch's time range is its files' Parquet statistics (the row groups' min and
-  max of the time column, from the footer: no data is read). The batches of a sink are written in
-  time order: a batch kind writes a window once the kind's watermark, which never moves back,
-  has passed its end, so every row of batch ``n + 1`` is newer than every row of batch ``n``
-  (``pipeline.traffic``, ``pipeline.topk``, ``pipeline.distinct``); ``shedding`` and ``sys`` write
-  one row per batch at the batch's trigger time. So the batches' bounds rise with their ids, and
-  a binary search over the commit ids (footers of O(log n) batches) finds the first batch whose
-  newest row reaches the range's start; the batches from there on are read until the first whose
-  oldest row is past the range's end. Walking back from the newest batch would also be valid, but
-  would open every batch newer than the range: an absolute range a day back would cost a day of
-  footers. Batches without rows (no file, or no row with a time) are stepped over.
+  ``_commits/<id>.json``; traffic, topk, distinct, shedding, sys, joins). A commit names its files
+  and nothing else, so a batch's time range is its files' Parquet statistics (the row groups' min
+  and max of the time column, from the footer: no data is read). The batches of a sink are
+  written in time order: a batch kind writes a window once the kind's watermark, which never
+  moves back, has passed its end, so every row of batch ``n + 1`` is newer than every row of
+  batch ``n`` (``pipeline.traffic``, ``pipeline.topk``, ``pipeline.distinct``); ``shedding`` and
+  ``sys`` write one row per batch at the batch's trigger time. So the batches' bounds rise with
+  their ids, and a binary search over the commit ids (footers of O(log n) batches) finds the
+  first batch whose newest row reaches the range's start; the batches from there on are read
+  until the first whose oldest row is past the range's end. Walking back from the newest batch
+  would also be valid, but would open every batch newer than the range: an absolute range a day
+  back would cost a day of footers. Batches without rows (no file, or no row with a time) are
+  stepped over. The joins (``pipeline.joins_batch``) are in time order only give or take a
+  *disorder* ``S`` (:func:`batch_disorder_s`, from the config): a match is written when its
+  right side arrives, its ``left_ts`` up to the query's window before it, and an unanswered SYN
+  once the join's clock has passed ``left_ts + window_s + watermark_s``, so a batch may hold
+  rows up to ``S`` older than an earlier batch's newest (within the limits
+  :func:`batch_disorder_s` names). Their search looks for the first batch
+  whose newest row reaches ``start - S`` and reads up to the first whose oldest is past
+  ``end + S`` (``netmon.results_range.read_sink`` argues why no row in range is missed); the
+  rows are still filtered to the range exactly. Every other kind's ``S`` is 0.
 - **compacted hours** (``pipeline.retention``: ``_compacted/<hour>.json`` manifests): only the
   manifests of the hours the range overlaps are opened (``netmon.results.compactions_between``),
   and a batch a manifest covers is read from its compacted file, never from its commit. As every
   reader does, the commits are read first and the manifests second: a manifest is in place before
   the commits and files it covers go, so a batch whose commit or file went meanwhile is covered
   by a manifest read after it.
-- **Spark's file sink** (``_spark_metadata``; the joins): its log names the committed files,
-  with no order of event time between batches (a join writes a match when its second side
-  arrives, an unanswered SYN once the watermark passes its window). Each file is pruned by its
-  Parquet statistics; the footers read are cached by path, size and modification time (the
-  sink never rewrites a file), so a redraw opens only the files written since.
+- **Spark's file sink** (``_spark_metadata``; the joins of an older netmon, which ran them as a
+  Spark query of their own: a data directory it wrote is still read): its log names the
+  committed files, with no order of event time between batches (a join wrote a match when its
+  second side arrived, an unanswered SYN once the watermark passed its window). Each file is
+  pruned by its Parquet statistics; the footers read are cached by path, size and modification
+  time (the sink never rewrites a file), so a redraw opens only the files written since.
 
 Of the files kept, the row groups whose statistics overlap the range are read and filtered to it,
 so the rows returned are exactly those of ``read_results`` whose time lies in ``[start, end]``
@@ -40,7 +50,7 @@ is in, :data:`COMPACTION_COLUMNS` the one compaction bounds its hours by (the fi
 The search over the commits and the compacted hours, each batch once, is
 ``netmon.results_range.read_sink``, the reader ``netmon explain`` and the Resources page share;
 what is this module's is the footer statistics a batch's span and the pruning come from
-(:class:`Footers`), and Spark's file sink.
+(:class:`Footers`), each kind's disorder (:func:`batch_disorder_s`), and Spark's file sink.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,7 +78,18 @@ from netmon.results_range import (
     sinks,
 )
 
-__all__ = ["COMPACTION_COLUMNS", "TIME_COLUMNS", "Footers", "newest", "read_range", "sinks"]
+if TYPE_CHECKING:
+    from netmon.config import Config
+
+__all__ = [
+    "COMPACTION_COLUMNS",
+    "TIME_COLUMNS",
+    "Footers",
+    "batch_disorder_s",
+    "newest",
+    "read_range",
+    "sinks",
+]
 
 #: Each kind's time column, the one its pages' ranges are in: event time, except ``shedding`` and
 #: ``sys``, whose rows are the pipeline's batches, at their trigger time (``batch_time``: the
@@ -87,6 +109,30 @@ COMPACTION_COLUMNS: dict[str, str] = {**TIME_COLUMNS, "shedding": "event_time"}
 
 #: (oldest, newest) time of a file's or batch's rows, microseconds since the epoch
 Bounds = tuple[int, int]
+
+
+def batch_disorder_s(cfg: Config, kind: str) -> float:
+    """How far ``kind``'s batches may be out of time order, in seconds: the ``disorder_s`` of
+    :func:`read_range` (a batch holds no row older than an earlier batch's newest by more).
+
+    0 for every kind but the joins, whose batches (``pipeline.joins_batch``) hold a match when its
+    second side arrives, its ``left_ts`` at most the query's left window before the right side's
+    time (a link query's windows are both ``window_s``, a handshake's left window is
+    ``window_s``), a side at most ``[pipeline] watermark_s`` behind the newest time before it;
+    and an unanswered SYN once the query's clock has passed ``left_ts + window_s +
+    watermark_s``. Every query's clock is moved to the batch's event time at the end of each
+    batch (the slowest Kafka partition's newest), and a record reaches the join only if it is at
+    most ``watermark_s`` behind its partition's newest before it, hence behind that clock. So
+    ``S = max(window_s of [[queries.join]]) + watermark_s``, from the dashboard's config, which
+    is the pipeline's; ``watermark_s`` alone without a join query.
+
+    What ``S`` does not bound (rows beyond it may be missed by a bounded read): rows written
+    while the config had a longer window or watermark than now.
+    """
+    if kind != "joins":
+        return 0.0
+    windows = [q.window_s for q in cfg.queries.join]
+    return max(windows, default=0.0) + cfg.pipeline.watermark_s
 
 
 def _merge(a: Bounds | None, b: Bounds | None) -> Bounds | None:
@@ -299,6 +345,7 @@ def read_range(
     *,
     compacted_by: str | None = None,
     footers: Footers | None = None,
+    disorder_s: float = 0.0,
 ) -> pa.Table | None:
     """The committed rows of a result directory whose ``column`` lies in ``[start, end]``
     (tz-aware), read from the files that can hold them only; None when no file can.
@@ -307,14 +354,24 @@ def read_range(
     is in the range (the files' order: no sorting). ``columns`` need not include ``column``.
     ``compacted_by``: the column compaction groups the kind's hours by (:data:`COMPACTION_COLUMNS`;
     default ``column``); when it is another one, every manifest is read and its files pruned by
-    their statistics.
+    their statistics. ``disorder_s``: how far the batches of a per-batch sink may be out of time
+    order (:func:`batch_disorder_s`; 0: in order), which widens the search over its commits by as
+    much on both sides (``netmon.results_range.read_sink``), not the range.
     """
     footers = _FOOTERS if footers is None else footers
     by = column if compacted_by is None else compacted_by
+    disorder_us = round(disorder_s * 1e6)
     tables: list[pa.Table] = []
     for sink in sinks(Path(directory)):
         batches = _Tables(column, by, start, end, columns, footers)
-        tables += read_sink(sink, batches, batches.start_us, batches.end_us, every_manifest=by != column)
+        tables += read_sink(
+            sink,
+            batches,
+            batches.start_us,
+            batches.end_us,
+            every_manifest=by != column,
+            disorder_us=disorder_us,
+        )
         tables += batches.spark_files(sink)
     if not tables:
         return None

@@ -82,7 +82,8 @@ def read_range(
     data_dir: str, kind: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None = None
 ) -> pd.DataFrame | None:
     """``kind``'s committed rows whose time lies in ``[start, end]`` (``bounded.read_range``), as a
-    frame; None without any."""
+    frame; None without any. The search over a kind's batches allows for as much disorder as the
+    config says they may have (``bounded.batch_disorder_s``: the joins')."""
     cfg = config().replace(paths={"data_dir": Path(data_dir)})
     table = bounded.read_range(
         results_dir(cfg, kind),
@@ -91,6 +92,7 @@ def read_range(
         end,
         columns,
         compacted_by=bounded.COMPACTION_COLUMNS[kind],
+        disorder_s=bounded.batch_disorder_s(cfg, kind),
     )
     return None if table is None or table.num_rows == 0 else table.to_pandas()
 

@@ -1,7 +1,8 @@
 """The dashboard's reads for the Joins and Load shedding pages: committed Parquet results via pyarrow.
 
 - ``joins`` results (``results/joins/``): one row per join result (``row = "match"``) or SYN
-  never answered (``row = "unmatched"``), per query (``pipeline.joins``);
+  never answered (``row = "unmatched"``), per query, committed per batch (``pipeline.joins_batch``;
+  an older netmon's: Spark's file sink);
 - ``shedding`` results (``results/shedding/``): one row per join query and micro-batch, the
   controller's measurements and fractions (``pipeline.shedding_controller.SheddingRecord``);
 - the offline strategy comparison of ``netmon eval shedding`` (``docs/eval/shedding/*.csv``).
@@ -53,7 +54,8 @@ _JOIN_COLUMNS = [
 def join_results(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
     """The committed join rows whose left tuple's time (``left_ts``, the kind's time column) lies
     in ``[start, end]`` (the columns the pages use; only the files whose Parquet statistics
-    overlap the range are read: ``dashboard.bounded``), oldest result first."""
+    overlap the range are read: ``dashboard.bounded``, its search over the batches allowing for
+    their disorder, ``bounded.batch_disorder_s``), oldest result first."""
     df = read_range(data_dir, "joins", start, end, _JOIN_COLUMNS)
     if df is None:
         return pd.DataFrame({c: [] for c in _JOIN_COLUMNS})

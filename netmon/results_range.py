@@ -19,7 +19,11 @@ know of a batch before reading it and in what they return (:class:`Batches`):
   (O(log n) batches looked at), or by walking back from the newest batch (when the range ends at
   the newest row and the batches looked at are read anyway). The batches from there are read up
   to the first that starts after the range's end. Batches whose span is unknown (no rows, a
-  commit gone meanwhile) are stepped over.
+  commit gone meanwhile) are stepped over. A kind whose batches are in time order only give or
+  take a known *disorder* (the joins: a batch may hold rows older than an earlier batch's newest,
+  by up to the caller's ``disorder_us``) is searched from ``start - disorder`` and read up to the
+  first batch that starts after ``end + disorder`` (:func:`read_sink` argues why that misses no
+  row); 0, every other kind, is the search above exactly.
 - **Compacted hours, each batch once.** The commits are read first and the manifests second: a
   manifest is in place before the commits it covers go, so a batch whose commit or file went
   meanwhile is covered by a manifest read after. A batch a manifest covers is taken from the
@@ -176,8 +180,9 @@ class Batches(Protocol[T]):
     object a read, holding the read's range."""
 
     def span(self, sink: Path, batch_id: int) -> Span | None:
-        """Where the batch's rows can lie (rising with the batch id); None: unknown (no rows, or
-        its commit went), the batch is stepped over."""
+        """Where the batch's rows can lie (rising with the batch id, give or take the read's
+        ``disorder_us``: :func:`read_sink`); None: unknown (no rows, or its commit went), the batch
+        is stepped over."""
         ...
 
     def rows(self, sink: Path, batch_id: int) -> list[T]:
@@ -240,20 +245,47 @@ def read_sink(
     to_newest: bool = False,
     backward: bool = False,
     every_manifest: bool = False,
+    disorder_us: int = 0,
 ) -> list[T]:
     """The rows of ``sink``'s committed batches and compacted hours that may lie in
     ``[start_us, end_us]`` (as ``batches`` reads them), each batch once.
 
-    The commits from the first whose span reaches ``start_us`` (:func:`first_reaching`,
-    ``backward`` as there) up to the first whose span starts after ``end_us`` (``to_newest``: up
-    to the newest), then the manifests of the hours the range overlaps (``every_manifest``: all
-    of them, for hours of another column than the range's), each covered batch from its
-    compacted file only.
+    The commits from the first whose span reaches ``start_us - disorder_us``
+    (:func:`first_reaching`, ``backward`` as there) up to the first whose span starts after
+    ``end_us + disorder_us`` (``to_newest``: up to the newest), then the manifests of the hours
+    the range overlaps (``every_manifest``: all of them, for hours of another column than the
+    range's), each covered batch from its compacted file only.
+
+    ``disorder_us``: how far the sink's batches may be out of time order (0: not at all), i.e.
+    for batches ``i < j``, every row of ``j`` is at most ``disorder_us`` older than the newest
+    row of ``i``: ``low(j) >= high(i) - D`` (``D = disorder_us``; a batch's span is ``(low,
+    high)``). The joins' batches are so (``dashboard.bounded.batch_disorder_s``). Not to be
+    confused with :func:`read_rows`' ``slack_s``, which is how far a commit's file time is from
+    its rows: a span's own width. With ``D > 0`` the newest times are not monotone in the batch
+    id, but no row in range is missed (the rows are filtered to ``[start_us, end_us]`` by the
+    caller as ever):
+
+    - *The search.* Let ``k`` be the first batch with ``high(k) >= start_us``: no batch before
+      it holds a row in range. Every batch ``j > k`` has ``high(j) >= low(j) >= high(k) - D >=
+      start_us - D``. So the predicate "``high >= start_us - D``" holds for every batch from
+      ``k`` on (those with a span), whatever it is before: the binary search moves its lower
+      bound past a batch only when that batch's ``high < start_us - D``, which is never ``k`` or
+      a later one. It returns a batch at or before ``k`` (every batch between its result and
+      ``k`` is read, more is fine), never one after. The walk back likewise stops at a batch
+      ``i`` with ``high(i) < start_us - D``; every batch ``h < i`` has ``high(h) <= low(i) + D
+      <= high(i) + D < start_us``.
+    - *The end.* The walk stops at the first batch ``i`` with ``low(i) > end_us + D``; every
+      later batch ``j`` has ``low(j) >= high(i) - D >= low(i) - D > end_us``: none holds a row in
+      range, nor does ``i``.
     """
+    if disorder_us < 0:
+        raise ValueError(f"disorder_us: expected an integer >= 0, got {disorder_us!r}")
     attempts = READ_ATTEMPTS
     while True:
         try:
-            return _read_sink_once(sink, batches, start_us, end_us, to_newest, backward, every_manifest)
+            return _read_sink_once(
+                sink, batches, start_us, end_us, to_newest, backward, every_manifest, disorder_us
+            )
         except FileNotFoundError:
             # The hour was compacted again (a new file, the old one gone) or expired: list again.
             attempts -= 1
@@ -269,6 +301,7 @@ def _read_sink_once(
     to_newest: bool,
     backward: bool,
     every_manifest: bool,
+    disorder_us: int,
 ) -> list[T]:
     """:func:`read_sink` from one listing; ``FileNotFoundError`` when a compacted file went."""
     # The commits first, the manifests second (the module's docstring).
@@ -285,11 +318,14 @@ def _read_sink_once(
         return None if found is None else found[1]
 
     read: dict[int, list[T]] = {}
-    for batch_id in ids[first_reaching(len(ids), newest, start_us, backward=backward) :]:
+    # From start - D to end + D: read_sink's docstring argues that no batch holding a row in
+    # [start, end] is skipped although the newest times are not monotone when D > 0.
+    first = first_reaching(len(ids), newest, start_us - disorder_us, backward=backward)
+    for batch_id in ids[first:]:
         found = span(batch_id)
         if found is None:
             continue
-        if not to_newest and found[0] > end_us:
+        if not to_newest and found[0] > end_us + disorder_us:
             break  # this batch and every later one are newer than the range
         read[batch_id] = batches.rows(sink, batch_id)
     if every_manifest:
@@ -341,6 +377,7 @@ def read_rows(
     slack_s: float | None = None,
     to_newest: bool = False,
     backward: bool = False,
+    disorder_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """The rows of ``sink`` whose ``column`` (a timestamp) lies in ``[start, end]``, as dicts,
     each batch once (:func:`read_sink`; in the sink's order, unsorted).
@@ -351,11 +388,22 @@ def read_rows(
     before ``start`` to ``slack_s`` after ``end`` (``to_newest``: to the newest) are the ones
     parsed, found without parsing any other. A batch whose commit came later than that is missed:
     that is the price of not parsing the commits to find the range.
+
+    ``disorder_s``: how far the sink's batches may be out of time order (:func:`read_sink`'s
+    ``disorder_us``, in seconds; 0: in order), which ``slack_s`` is not.
     """
     start_us, end_us = micros(start), micros(end)
     slack_us = None if slack_s is None else round(slack_s * 1e6)
     batches = _RowBatches(column, start, end, cache, slack_us)
-    rows = read_sink(sink, batches, start_us, end_us, to_newest=to_newest, backward=backward)
+    rows = read_sink(
+        sink,
+        batches,
+        start_us,
+        end_us,
+        to_newest=to_newest,
+        backward=backward,
+        disorder_us=round(disorder_s * 1e6),
+    )
     return [r for r in rows if r.get(column) is not None and start_us <= micros(r[column]) <= end_us]
 
 

@@ -2,16 +2,19 @@
 
 Hours of results are written the pipeline's way — per-batch kinds with
 ``pipeline.batch_sink.write_table`` (each commit's file time just after its batch), some hours
-then compacted by a real maintenance pass (``pipeline.retention.maintain``); the joins in Spark's
-file-sink layout (part files named by ``_spark_metadata`` logs) — and read over many ranges. The
-rows must be exactly those of ``read_results`` over everything, filtered to the range (the oracle),
-and the files whose data is read exactly those whose rows' time bounds overlap the range; the
-footers opened beyond them grow with the log of the history. No Spark, no Kafka.
+then compacted by a real maintenance pass (``pipeline.retention.maintain``); an older netmon's
+joins in Spark's file-sink layout (part files named by ``_spark_metadata`` logs); today's joins
+per batch, out of time order by up to the disorder their config allows
+(``bounded.batch_disorder_s``) — and read over many ranges. The rows must be exactly those of
+``read_results`` over everything, filtered to the range (the oracle), and the files whose data is
+read exactly those whose rows' time bounds overlap the range; the footers opened beyond them grow
+with the log of the history. No Spark, no Kafka.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -27,9 +30,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dashboard import bounded
-from netmon.config import Config
+from dashboard import data as dashboard_data
+from netmon.config import Config, JoinQuery
 from netmon.results import COMMITS, compactions, read_results, result_files, results_dir
 from pipeline.batch_sink import write_table
+from pipeline.joins_batch import RESULT_SCHEMA as JOINS_SCHEMA
 from pipeline.publish import TIME_COLUMNS
 from pipeline.retention import maintain
 from pipeline.shedding_controller import STATS_SCHEMA
@@ -120,9 +125,10 @@ def _shedding(sink: Path, batches: int) -> None:
 
 
 def _spark_sink(sink: Path, rng: random.Random, files: int) -> None:
-    """Spark's file-sink layout: part files in no time order (a match is written when its second
-    side arrives), each named by one ``_spark_metadata/<batch>`` log (v1); one file has several
-    row groups; one logged file is gone (retention leaves Spark's log as it is)."""
+    """An older netmon's joins, in Spark's file-sink layout: part files in no time order (a match
+    is written when its second side arrives), each named by one ``_spark_metadata/<batch>`` log
+    (v1); one file has several row groups; one logged file is gone (retention leaves Spark's log
+    as it is)."""
     meta = sink / "_spark_metadata"
     meta.mkdir(parents=True)
     for batch in range(files):
@@ -384,3 +390,183 @@ def test_a_batch_without_rows_or_a_missing_sink_reads_nothing(tmp_path: Path) ->
     assert bounded.read_range(sink, "window_end", T0, T0 + S) is None
     assert bounded.read_range(tmp_path / "none", "window_end", T0, T0 + S) is None
     assert bounded.newest(tmp_path / "none", "window_end") is None
+
+
+# -- the joins per batch (``pipeline.joins_batch``): in time order only give or take a disorder ----
+
+#: a handshake query and a link query (its windows both ways): S = 20 + watermark_s
+JOIN_QUERIES = (
+    JoinQuery(name="syn", window_s=3.0),
+    JoinQuery(name="eth", query="link", left="iface=eth0", right="iface=eth1", key="src_ip", window_s=20.0),
+)
+
+
+def _join_row(query: JoinQuery, row: str, key: str, left: dt.datetime, right: dt.datetime | None) -> dict:
+    return {
+        "query": query.name,
+        "kind": query.query,
+        "row": row,
+        "key": key,
+        "left_ts": left,
+        "right_ts": right,
+        "delay_s": None if right is None else (right - left).total_seconds(),
+        "left_src_ip": key,
+        "right_src_ip": None if right is None else key,
+    }
+
+
+#: a batch's (oldest, newest) ``left_ts`` as written, None without rows; and whether it holds only
+#: ``unmatched`` rows
+JoinBatch = tuple[tuple[dt.datetime, dt.datetime] | None, bool]
+
+
+def _joins_batches(sink: Path, rng: random.Random, batches: int, lateness_s: float) -> list[JoinBatch]:
+    """Batches as ``pipeline.joins_batch`` commits them, from a simulated join: a clock (the newest
+    event time) that moves on by a few seconds a batch; records at most ``lateness_s`` behind the
+    clock before them (older ones are dropped as late); a match written when its second side
+    arrives, its ``left_ts`` at most the query's window before the right side's time (a link
+    query's both ways); an unanswered SYN once the clock passes ``left_ts + window_s +
+    lateness_s``. Every 11th batch has no input (no file); every 17th is a jump of the clock past
+    the SYNs' windows with no match: only old ``unmatched`` rows. Each batch as written."""
+    syn, eth = JOIN_QUERIES
+    clock = T0
+    pending: list[tuple[dt.datetime, str]] = []  # SYNs not answered yet
+    written: list[JoinBatch] = []
+    for b in range(batches):
+        rows: list[dict[str, Any]] = []
+        if b % 11 == 5:
+            pass  # no input: the clock stands, nothing expires
+        elif b % 17 == 16:
+            clock += (syn.window_s + lateness_s + rng.uniform(0.5, 8)) * S
+        else:
+            before, clock = clock, clock + rng.uniform(0, 8) * S
+
+            def arrived(before: dt.datetime = before, clock: dt.datetime = clock) -> dt.datetime:
+                """A record of this batch: after the clock before it, or up to the lateness behind."""
+                return before + rng.uniform(-lateness_s, (clock - before).total_seconds()) * S
+
+            for n in range(rng.choice([0, 1, 3, 6])):
+                at = arrived()
+                if rng.random() < 0.6:  # answered within the window: a match, at the SYN-ACK
+                    rows.append(
+                        _join_row(syn, "match", f"s{b}-{n}", at - rng.uniform(0, syn.window_s) * S, at)
+                    )
+                else:
+                    pending.append((at, f"s{b}-{n}"))
+            for n in range(rng.choice([0, 2, 5])):
+                right = arrived()
+                left = min(clock, right + rng.uniform(-eth.window_s, eth.window_s) * S)
+                rows.append(_join_row(eth, "match", f"e{b}-{n}", left, right))
+        gone = [p for p in pending if p[0] + (syn.window_s + lateness_s) * S < clock]
+        pending = [p for p in pending if p not in gone]
+        rows += [_join_row(syn, "unmatched", key, at, None) for at, key in gone]
+        rng.shuffle(rows)  # no order inside a batch either
+        times = [r["left_ts"] for r in rows]
+        only_unmatched = bool(rows) and all(r["row"] == "unmatched" for r in rows)
+        written.append(((min(times), max(times)) if times else None, only_unmatched))
+        table = pa.Table.from_pylist(rows, schema=JOINS_SCHEMA)
+        _commit(sink, b, table, clock + S)
+        if b == 40 and table.num_rows > 2:  # one file of several row groups
+            pq.write_table(table, sink / f"batch-{b:06d}" / "part-00000.parquet", row_group_size=2)
+    return written
+
+
+@pytest.fixture(scope="module")
+def joins_history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, list[JoinBatch]]:
+    """About two hours of joins committed per batch, some hours then compacted; the batches as
+    written."""
+    data_dir = tmp_path_factory.mktemp("joins") / "data"
+    cfg = Config().replace(
+        paths={"data_dir": data_dir},
+        retention={"compact_after_s": 0.0},
+        pipeline={"publish_results": False},
+        queries={"join": JOIN_QUERIES},
+    )
+    written = _joins_batches(results_dir(cfg, "joins"), random.Random(11), 1500, cfg.pipeline.watermark_s)
+    report = maintain(cfg, ("joins",), now=(T0 + dt.timedelta(hours=4)).timestamp())
+    assert not report.errors and report.compacted_files
+    return cfg, written
+
+
+def test_the_joins_disorder_is_their_longest_window_and_the_watermark() -> None:
+    cfg = Config().replace(queries={"join": JOIN_QUERIES}, pipeline={"watermark_s": 7.5})
+    assert bounded.batch_disorder_s(cfg, "joins") == 20.0 + 7.5
+    assert bounded.batch_disorder_s(cfg.replace(queries={"join": ()}), "joins") == 7.5
+    for kind in ("traffic", "topk", "distinct", "shedding", "sys"):
+        assert bounded.batch_disorder_s(cfg, kind) == 0.0
+
+
+def test_joins_out_of_order_within_their_disorder_read_exactly_their_range(
+    joins_history: tuple[Config, list[JoinBatch]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows older than an earlier batch's newest by up to S: the read with S is the oracle's over
+    every range, the files read exactly those overlapping it; without S some range misses rows."""
+    cfg, written = joins_history
+    directory = results_dir(cfg, "joins")
+    disorder_s = bounded.batch_disorder_s(cfg, "joins")
+    assert disorder_s == 20.0 + 5.0
+    # The batches as written are as out of order as the join makes them: by more than half of S,
+    # never by more; some hold only unmatched SYNs, all older than an earlier batch's newest; some
+    # hold no row.
+    spans = [(span, only) for span, only in written if span is not None]
+    newest_before = list(itertools.accumulate((span[1] for span, _ in spans[:-1]), max))
+    behind = [
+        (high - span[0]).total_seconds() for high, (span, _) in zip(newest_before, spans[1:], strict=True)
+    ]
+    assert disorder_s / 2 < max(behind) <= disorder_s
+    assert any(only and span[1] < high for high, (span, only) in zip(newest_before, spans[1:], strict=True))
+    assert len(written) - len(spans) > 50
+    assert compactions(directory)  # some hours read from compacted files, the others' commits left
+    assert len(os.listdir(directory / COMMITS)) > 300
+
+    column, by = bounded.TIME_COLUMNS["joins"], bounded.COMPACTION_COLUMNS["joins"]
+    files = _bounds(directory, column)
+    everything = read_results(directory)
+    assert everything is not None
+    rows = everything.to_pylist()
+    times = sorted(r[column] for r in rows)
+    rng = random.Random("joins")
+    ranges = _ranges(rng, times[0], times[-1])
+    ranges += [(t, t + rng.choice([0, 1, 5]) * S) for t in rng.sample(times, 60)]  # from a row exactly
+    unmatched = [r[column] for r in rows if r["row"] == "unmatched"]
+    ranges += [(t - rng.choice([0, 2]) * S, t) for t in rng.sample(unmatched, 40)]  # to an old SYN
+    ranges += [(start, start + 10 * dt.timedelta(microseconds=1)) for start, _ in ranges[5:25]]
+    batches = len(os.listdir(directory / COMMITS))
+    disorder = dt.timedelta(seconds=disorder_s)
+    opened = Opened(monkeypatch)
+    missed = []
+    for start, end in ranges:
+        want = _oracle(rows, column, start, end)
+        opened.clear()
+        footers = bounded.Footers()
+        table = bounded.read_range(
+            directory, column, start, end, compacted_by=by, footers=footers, disorder_s=disorder_s
+        )
+        got = Counter(_key(r) for r in ([] if table is None else table.to_pylist()))
+        assert got == want, (start, end)
+        overlapping = {p for p, b in files.items() if b is not None and b[0] <= end and b[1] >= start}
+        assert sorted(opened.reads) == sorted(overlapping) == sorted(opened.read_opens), (start, end)
+        # the footers: the binary search's, and those of the batches near the range (within 2 S
+        # before it: between the batch the search lands on and the first reaching the start)
+        near = sum(
+            1
+            for b in files.values()
+            if b is not None and b[0] <= end + disorder and b[1] >= start - 2 * disorder
+        )
+        assert footers.opened <= near + 2 * math.ceil(math.log2(batches + 1)) + 4, (start, end)
+        # Without the disorder, the search takes the batches for ordered: some range misses rows.
+        table = bounded.read_range(directory, column, start, end, compacted_by=by, footers=footers)
+        without = Counter(_key(r) for r in ([] if table is None else table.to_pylist()))
+        assert not without - want  # the rows it has are the range's
+        if without != want:
+            missed.append((start, end))
+    assert missed, "every range was read right without the disorder: the test shows nothing"
+
+    # The dashboard's read passes its config's disorder: the ranges missed without it are right.
+    monkeypatch.setattr(dashboard_data, "config", lambda: cfg)
+    names = ["query", "row", "key", column]  # a row's identity (its key is unique)
+    for start, end in missed + ranges[:5]:
+        frame = dashboard_data.read_range(str(cfg.paths.data_dir), "joins", start, end)
+        got = Counter() if frame is None else Counter(zip(*(frame[c] for c in names), strict=True))
+        want = _oracle(rows, column, start, end)
+        assert got == Counter(tuple(dict(k)[c] for c in names) for k in want.elements()), (start, end)

@@ -29,7 +29,7 @@ from dashboard import data_resources as dr
 from netmon.config import Config
 from netmon.recent_results import newest_rows, newest_rows_by_sink
 from netmon.results import COMMITS, compactions, results_dir
-from netmon.results_range import CommitRows, first_reaching, read_rows, sinks
+from netmon.results_range import CommitRows, first_reaching, read_rows, read_sink, sinks
 from pipeline.batch_sink import write_table
 from pipeline.retention import maintain
 
@@ -220,3 +220,100 @@ def test_first_reaching_is_the_first_batch_reaching_the_start() -> None:
         assert first_reaching(count, values.__getitem__, start, backward=True) == (
             before[-1] + 1 if before else 0
         )
+
+
+def _disordered_spans(rng: random.Random, count: int, disorder: int) -> list[tuple[int, int] | None]:
+    """Batch spans out of time order by up to ``disorder``: each batch's oldest is at most that
+    much older than an earlier batch's newest (the joins' batches); some batches have none."""
+    spans: list[tuple[int, int] | None] = []
+    clock, newest = 0, None
+    for _ in range(count):
+        clock += rng.choice([0, 1, 2, 5])
+        if rng.random() < 0.2:
+            spans.append(None)
+            continue
+        floor = clock - disorder if newest is None else max(newest - disorder, clock - 3 * disorder)
+        low = rng.randint(min(floor, clock), clock)
+        high = rng.randint(low, clock)
+        spans.append((low, high))
+        newest = high if newest is None else max(newest, high)
+    return spans
+
+
+class _Spans:
+    """``Batches`` over spans held in memory: a batch's rows are its id."""
+
+    def __init__(self, spans: list[tuple[int, int] | None]) -> None:
+        self.spans = spans
+
+    def span(self, sink: Path, batch_id: int) -> tuple[int, int] | None:
+        return self.spans[batch_id]
+
+    def rows(self, sink: Path, batch_id: int) -> list[int]:
+        return [batch_id]
+
+    def compacted(self, path: Path) -> list[int]:
+        raise AssertionError("no compacted hour")
+
+
+def test_read_sink_with_disorder_reads_every_batch_overlapping_the_range(tmp_path: Path) -> None:
+    """Batches out of order by up to D: searched from ``start - D`` and read up to the first that
+    starts after ``end + D`` (forward, or walking back), every batch holding a row in range is
+    read (``read_sink``'s argument); without D some range misses one."""
+    rng = random.Random(9)
+    missed = 0
+    for trial in range(60):
+        disorder = rng.choice([1, 4, 10])
+        spans = _disordered_spans(rng, rng.randint(1, 80), disorder)
+        sink = tmp_path / f"s{trial}"
+        (sink / COMMITS).mkdir(parents=True)
+        for batch_id in range(len(spans)):
+            (sink / COMMITS / f"{batch_id}.json").write_text("{}")  # only the names are listed
+        highs = [s[1] for s in spans if s is not None] or [0]
+        for _ in range(30):
+            start = rng.randint(-disorder, max(highs) + disorder)
+            end = start + rng.choice([0, 0, 1, 3, 10, 40])
+            for backward in (False, True):
+                if backward:  # the walk back reads up to the newest batch: the range reaches it
+                    end = max(end, max(highs))
+                want = {i for i, s in enumerate(spans) if s is not None and s[0] <= end and s[1] >= start}
+                kwargs: dict[str, Any] = {"to_newest": backward, "backward": backward}
+                got = read_sink(sink, _Spans(spans), start, end, disorder_us=disorder, **kwargs)
+                assert want <= set(got), (trial, start, end, backward)
+                without = read_sink(sink, _Spans(spans), start, end, **kwargs)
+                missed += not want <= set(without)
+    assert missed
+    with pytest.raises(ValueError, match="disorder_us"):
+        read_sink(tmp_path / "s0", _Spans([]), 0, 1, disorder_us=-1)
+
+
+def test_read_rows_with_disorder_returns_the_range_each_row_once(tmp_path: Path) -> None:
+    """The row reader's ``disorder_s`` (not its ``slack_s``): committed batches out of time order
+    by up to it read exactly the oracle's rows, searched forward or walking back."""
+    rng = random.Random(4)
+    sink = tmp_path / "joins"
+    disorder_s = 30.0
+    written: list[Row] = []
+    for b, span in enumerate(_disordered_spans(rng, 400, round(disorder_s))):
+        rows: list[Row] = []
+        if span is not None:
+            low, high = span
+            times = [low, high] + [rng.randint(low, high) for _ in range(rng.randint(0, 3))]
+            rows = [
+                {"query": "joins", "batch_id": b, "n": n, "batch_time": T0 + t * dt.timedelta(seconds=1)}
+                for n, t in enumerate(times)
+            ]
+        write_table(pa.Table.from_pylist(rows, schema=SCHEMA), sink, b)
+        written += rows
+    cache = CommitRows()
+    missed = 0
+    for start, end in _ranges(random.Random(1), written):
+        for backward in (False, True):
+            if backward:
+                end = max(end, max(r["batch_time"] for r in written))
+            kwargs: dict[str, Any] = {"to_newest": backward, "backward": backward}
+            got = read_rows(sink, "batch_time", start, end, cache, disorder_s=disorder_s, **kwargs)
+            assert Counter(_key(r) for r in got) == _oracle(written, start, end), (start, end, backward)
+            without = read_rows(sink, "batch_time", start, end, cache, **kwargs)
+            missed += Counter(_key(r) for r in without) != _oracle(written, start, end)
+    assert missed
