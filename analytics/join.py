@@ -444,6 +444,34 @@ class SymmetricHashJoin(_WindowJoin):
         """Number of stored tuples (left, right)."""
         return len(self._state["left"]["ts"]), len(self._state["right"]["ts"])
 
+    @property
+    def clock(self) -> int | None:
+        """The largest event time processed or advanced to (ns); None before the first tuple."""
+        return self._clock
+
+    def advance(self, clock: Any) -> int:
+        """Move the join's clock to ``clock`` (integer ns or ``datetime64``; never back) without
+        tuples, and expire what falls out of the windows; return the tuples expired.
+
+        The clock otherwise follows the join's own tuples only: a join whose stream goes quiet
+        would keep its last tuples (and, with ``track_unmatched``, not report them unanswered)
+        until its next tuple, however much later. A caller that knows the time of the stream the
+        join is part of — a micro-batch engine's event time, at the end of the batch — moves it
+        on. Tuples later than ``clock - lateness_s`` are not late afterwards, as after
+        :meth:`update`: pass a time no later than what the streams' own tuples may still carry.
+        """
+        ns = int(_as_ns("clock", np.asarray([clock]))[0])
+        if self._clock is not None and ns <= self._clock:
+            return 0
+        self._clock = ns
+        expired = 0
+        for side in _SIDES:
+            st = self._state[side]
+            nothing = {name: values[:0] for name, values in st.items()}
+            nothing["insert"] = np.zeros(0, dtype=bool)
+            expired += self._insert_expire(side, nothing)[1]
+        return expired
+
     def _prepare(self, side: str, ts: Any, keys: Any, ids: Any, payload: Mapping[str, Any] | None):
         ns = _as_ns(f"{side}_ts", ts)
         n = len(ns)

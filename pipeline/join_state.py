@@ -209,6 +209,19 @@ class JoinBucket:
         result = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
         return result, stats
 
+    def advance(self, clock_ns: int) -> pd.DataFrame | None:
+        """Move the join's clock to ``clock_ns`` without tuples (``SymmetricHashJoin.advance``);
+        the ``unmatched`` rows of the left tuples that expired (None: the clock did not move)."""
+        before = self._join.clock
+        self._join.advance(clock_ns)
+        if self._join.clock == before:
+            return None
+        if not self.spec.track_unmatched:
+            return _output({}, 0)
+        gone = self._join.expired_unmatched()
+        gone = gone[gone["side"] == "left"] if len(gone) else gone
+        return _unmatched(self.spec, self.bucket, gone) if len(gone) else _output({}, 0)
+
     def to_bytes(self) -> bytes:
         """``B`` version, ``Q`` length + the join's bytes, then the shedder's bytes (may be empty)."""
         join = self._join.to_bytes()

@@ -26,13 +26,15 @@ rows: a batch that runs again starts from the version before it. The state is al
 memory between batches, and dropped when a batch fails half way (the join's windows are updated
 in place).
 
-Departures from the streaming query this replaces, both deliberate: a query's join is one hash
+Departures from the streaming query this replaces, all deliberate: a query's join is one hash
 join over all its keys (no buckets: the driver has one core for it, and one call is the
 cheapest), so a query's shedder has one random stream (seed: ``pipeline.join_state.bucket_seed``
-of bucket 0) and its clock is the newest tuple of the query, not of a bucket — an unanswered SYN
-is reported as soon as any later tuple of its query passes its window. The statistics the
-controller and the ``sys`` rows read are this kind's own, per batch (:attr:`SharedJoins.observed`),
-instead of Spark's observed metrics.
+of bucket 0). At the end of each batch every query's clock moves to the batch's event time
+(``SymmetricHashJoin.advance``): an unanswered SYN is reported once the stream has passed its
+window, even when its own query's tuples stopped, and a closing watermark reports the last ones
+(a bucket's clock moved with its own tuples only). The statistics the controller and the ``sys``
+rows read are this kind's own, per batch (:attr:`SharedJoins.observed`), instead of Spark's
+observed metrics.
 """
 
 from __future__ import annotations
@@ -187,6 +189,17 @@ class SharedJoins:
                 stats, x_left, x_right, pc.min(ts).as_py() * 1000, pc.max(ts).as_py() * 1000, started
             )
             changed = True
+        if max_us is not None:
+            # The batch's event time moves every query's clock at its end, so a query whose own
+            # tuples stop (a quiet handshake) still expires its windows and reports its unanswered
+            # SYNs on time, and a stream closed by a watermark control message closes them all.
+            # Not later than any partition's records may still be: the slowest partition's newest.
+            for bucket in joins.values():
+                expired = bucket.advance(max_us * 1000)
+                if expired is not None:
+                    changed = True
+                    if len(expired):
+                        frames.append(_result_table(expired))
         for name, bucket in joins.items():  # the windows held by queries without input
             if observe_name(name) not in observed:
                 held_left, held_right = bucket.join.state_size()

@@ -247,6 +247,31 @@ def test_track_unmatched_reports_tuples_that_expire_alone():
     assert len(j.expired_unmatched()) == 0  # cleared
 
 
+def test_advance_expires_as_a_later_tuple_would():
+    """Moving the clock without tuples expires exactly what a later tuple of another key expires
+    (the oracle: the same join fed one more right tuple at that time), unmatched rows included."""
+    rng = np.random.default_rng(11)
+    tl, kl, tr, kr = random_streams(rng, 300, 150, 30, 40)
+    quiet, fed = (SymmetricHashJoin(2.0, 1.0, lateness_s=0.5, track_unmatched=True) for _ in range(2))
+    for j in (quiet, fed):
+        run_batches(j, tl, kl, tr, kr, np.arange(1, 20) * S)
+        j.expired_unmatched()  # what expired on the way: the same for both
+    later = int(max(tl.max(), tr.max())) + 3 * S
+    assert quiet.advance(later) > 0
+    fed.update([], [], [later], [-1])
+    fed_left, fed_right = fed.state_size()
+    assert quiet.state_size() == (fed_left, fed_right - 1)  # all but the tuple fed
+    gone, expected = quiet.expired_unmatched(), fed.expired_unmatched()
+    assert sorted(zip(gone["side"], gone["id"], strict=True)) == sorted(
+        zip(expected["side"], expected["id"], strict=True)
+    )
+    assert len(gone) > 0
+    # never back, and a later tuple is judged late against the moved clock
+    assert quiet.advance(later - S) == 0
+    quiet.update([later - S], [1], [], [])
+    assert quiet.last_stats is not None and quiet.last_stats.late == 1
+
+
 def test_state_round_trip_continues_identically():
     rng = np.random.default_rng(2)
     tl, kl, tr, kr = random_streams(rng, 300, 300, 20, 10, strings=True)
