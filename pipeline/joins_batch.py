@@ -182,8 +182,8 @@ class SharedJoins:
             if spec.strategy != "none":
                 x_left, x_right = fractions.get(q.name, (spec.x_left, spec.x_right))
             rows = mine.drop_columns(["query"]).to_pandas()
-            out, stats = bucket.process(rows, x_left, x_right)
-            frames.append(_result_table(out))
+            out, stats = bucket.process_frames(rows, x_left, x_right)
+            frames += [_result_table(frame) for frame in out if len(frame)]
             ts = pc.cast(mine["ts"], pa.int64())
             observed[observe_name(q.name)] = _observed(
                 stats, x_left, x_right, pc.min(ts).as_py() * 1000, pc.max(ts).as_py() * 1000, started
