@@ -75,6 +75,7 @@ __all__ = [
     "join_eval",
     "join_queries",
     "keys",
+    "late",
     "plan",
     "sampling",
     "shedding",

@@ -21,7 +21,12 @@ the two directions of a connection: A ``dst_port=7000`` on ``src_port``, B ``src
 
 :func:`run_join` runs a query over records offline: it cuts the records into micro-batches of
 ``batch_s`` seconds of event time (so unsorted captures are joined in time order) and feeds
-:class:`analytics.join.SymmetricHashJoin`, as the Spark operator does per trigger.
+:class:`analytics.join.SymmetricHashJoin`, as the Spark operator does per trigger. With
+``late_after_s`` (the watermark delay ``d``; ``netmon analyze join`` passes its ``--lateness``,
+by default a configured query's ``[pipeline] watermark_s``) it first drops the late records by the
+pipeline's one rule (:class:`analytics.late.LateRule`, in input order: a record more than ``d``
+behind the newest timestamp before it), so a backward jump in event time is dropped as the
+pipeline drops it instead of being sorted back into the join.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from analytics._base import Base
 from analytics.join import BatchStats, SymmetricHashJoin, combine_stats
 from analytics.join_cost import JoinCostModel
 from analytics.keys import key_text, parse_key
+from analytics.late import LateRule
 from analytics.shedding import LoadShedder, OnlineMaxSubset, Shedder
 
 __all__ = [
@@ -278,7 +284,12 @@ class JoinWindows(Protocol):
 
 @dataclass
 class JoinRun:
-    """The outcome of :func:`run_join`: results, per-batch statistics, the inputs, unmatched tuples."""
+    """The outcome of :func:`run_join`: results, per-batch statistics, the inputs, unmatched tuples.
+
+    ``left`` and ``right`` are the tuples joined (without the late ones); ``late_dropped`` counts
+    the records the late rule dropped before the join (``late_after_s``; not the join's own
+    ``late``, :attr:`total`).
+    """
 
     results: pd.DataFrame
     stats: list[BatchStats]
@@ -286,6 +297,7 @@ class JoinRun:
     right: JoinSide
     unmatched: pd.DataFrame
     span_s: float
+    late_dropped: int = 0
 
     @property
     def total(self) -> BatchStats:
@@ -301,19 +313,30 @@ def run_join(
     batch_s: float = 1.0,
     lateness_s: float = 0.0,
     track_unmatched: bool = False,
+    late_after_s: float | None = None,
 ) -> JoinRun:
     """Run ``query`` over ``records`` (or prepared sides) in event-time micro-batches of ``batch_s``.
 
     Batches are aligned to multiples of ``batch_s`` from the first timestamp; each is one
     :meth:`SymmetricHashJoin.process_batch` call. Empty batches are skipped.
+
+    ``late_after_s``: the watermark delay ``d`` of the pipeline's late rule (``[pipeline]
+    watermark_s``): a record more than ``d`` behind the newest timestamp before it, in the order
+    of ``records``, is dropped before the join and counted (:attr:`JoinRun.late_dropped`), as the
+    pipeline's joins never see it. None (the default): no record is dropped, and a backward jump
+    is sorted into the event-time batches. The rule reads every record, so it needs ``records``,
+    not prepared sides.
     """
     if not (math.isfinite(batch_s) and batch_s > 0):
         raise ValueError(f"batch_s: expected a number of seconds > 0, got {batch_s!r}")
+    late = 0
     if isinstance(records, tuple) and len(records) == 2 and isinstance(records[0], JoinSide):
+        if late_after_s is not None:
+            raise ValueError("late_after_s: the late rule reads every record in order, not prepared sides")
         left, right = records
     else:
-        left, right = query.sides(_records(records))
-    return run_join_sides(
+        (left, right), late = _on_time_sides(query, _records(records), late_after_s)
+    run = run_join_sides(
         query,
         (left, right),
         shedder=shedder,
@@ -321,6 +344,30 @@ def run_join(
         lateness_s=lateness_s,
         track_unmatched=track_unmatched,
     )
+    run.late_dropped = late
+    return run
+
+
+def _on_time_sides(
+    query: HandshakeQuery | LinkQuery, table: pa.Table, late_after_s: float | None
+) -> tuple[tuple[JoinSide, JoinSide], int]:
+    """``query``'s sides of ``table`` without the records late by the rule (``late_after_s``: ``d``,
+    None: none late), and how many records were late. Ids stay the records' row numbers."""
+    left, right = query.sides(table)
+    if late_after_s is None:
+        return (left, right), 0
+    late_after_s = float(late_after_s)
+    if not (math.isfinite(late_after_s) and late_after_s >= 0):
+        raise ValueError(f"late_after_s: expected a number of seconds >= 0, got {late_after_s!r}")
+    ts = table.column("ts")
+    if pa.types.is_timestamp(ts.type):
+        ts = ts.cast(pa.timestamp("ns", tz=ts.type.tz))
+    ns = pc.cast(ts, pa.int64())
+    valid = None if ns.null_count == 0 else np.asarray(pc.is_valid(ns).to_numpy(zero_copy_only=False), bool)
+    values = np.asarray(pc.fill_null(ns, 0).to_numpy(), np.int64)
+    rule = LateRule(round(late_after_s * _NS))  # as the pipeline rounds [pipeline] watermark_s
+    on_time = ~rule.late_mask(values, valid)
+    return (left.take(on_time[left.ids]), right.take(on_time[right.ids])), rule.late
 
 
 def run_join_sides(
@@ -375,8 +422,10 @@ def run_join_sides(
             stats.append(join.last_stats)
             if track_unmatched:
                 unmatched.append(join.expired_unmatched())
-    if not results:
+    if not results:  # no tuple on either side: one empty batch, so the run has its statistics
         results.append(join.process_batch([], [], [], []))
+        assert join.last_stats is not None
+        stats.append(join.last_stats)
     nonempty = [r for r in results if len(r)]
     res = pd.concat(nonempty, ignore_index=True) if nonempty else results[0]
     unmatched = [u for u in unmatched if len(u)]
@@ -449,17 +498,20 @@ def analyze_join(
     seed: int | None = None,
     batch_s: float = 1.0,
     lateness_s: float = 0.0,
+    late_after_s: float | None = None,
 ) -> tuple[JoinRun, JoinCostModel | None]:
     """``netmon analyze join``: run ``query`` with a strategy at given fractions or a budget.
 
     With ``budget`` (CPU seconds per second), an unshed run first measures λ_L, λ_R, f, C_u, C_p
     (C_u, C_p may be given instead); the optimizer (:class:`JoinCostModel`) then picks the
     strategy's fractions, or Online Max-Subset gets the budget. ``lateness_s`` is the join's
-    (:func:`run_join`; the pipeline uses its watermark delay). Returns the run and the model used.
+    (:func:`run_join`; the pipeline uses its watermark delay); ``late_after_s`` drops the late
+    records first, for both runs (:func:`run_join`; the pipeline's is its watermark delay too).
+    Returns the run and the model used.
     """
     if budget is not None and (x_left is not None or x_right is not None):
         raise ValueError("budget: give either the fractions x_left/x_right or a budget, not both")
-    sides = query.sides(_records(records))
+    sides, late = _on_time_sides(query, _records(records), late_after_s)
     model = None
     xl, xr = (1.0 if x_left is None else x_left), (1.0 if x_right is None else x_right)
     if budget is not None:
@@ -476,6 +528,7 @@ def analyze_join(
     run = run_join(
         query, sides, shedder=shedder, batch_s=batch_s, lateness_s=lateness_s, track_unmatched=True
     )
+    run.late_dropped = late
     return run, model
 
 

@@ -5,7 +5,12 @@
 ``--key``. Shedding: ``--strategy`` with fractions ``--x-left/--x-right`` or a ``--budget`` (CPU
 seconds per second; an unshed pass measures the rates, selectivity and costs first). JSON lines,
 one per result (``--format jsonl``), or summary tables. Run statistics go to stderr as one JSON line.
-Definitions: ``docs/joins.md``.
+
+``--lateness d`` (a configured query: ``[pipeline] watermark_s``, else 0) is the pipeline's watermark
+delay, with its one meaning of late (``docs/reliability.md``): a record more than ``d`` behind the
+newest timestamp before it in the file is late, dropped before the join and counted (a ``netmon:``
+line on stderr, ``late_dropped`` in the statistics), as the pipeline's joins never see it; the join
+takes the records it keeps up to ``d`` behind its clock exactly. Definitions: ``docs/joins.md``.
 """
 
 from __future__ import annotations
@@ -88,7 +93,9 @@ def _table(frame: pd.DataFrame, limit: int) -> str:
 @click.option(
     "--lateness",
     callback=_seconds,
-    help="How late a tuple may arrive and still join [a configured query: [pipeline] watermark_s, else 0].",
+    help="Watermark delay: a record more than this behind the newest timestamp before it is late "
+    "(dropped before the join and counted, as in the pipeline); one less late still joins "
+    "[a configured query: [pipeline] watermark_s, else 0].",
 )
 @click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default="none", show_default=True)
 @click.option("--x-left", type=click.FloatRange(0, 1), help="Fraction x_L (cf/inp/pni).")
@@ -127,7 +134,9 @@ def command(
     """Run a window join over FILE (pcap, pcapng, optionally gzip-compressed).
 
     The join has no windows left open at the end of the file: every result is written when its
-    second tuple arrives, and a SYN counts as unanswered once T has passed before the end.
+    second tuple arrives, and a SYN counts as unanswered once T has passed before the end. A record
+    more than --lateness behind the newest timestamp before it is late: dropped before the join and
+    counted, the pipeline's meaning of late.
     """
     from ingest import read_records
 
@@ -154,15 +163,22 @@ def command(
         )
         run, model = analyze_join(
             query, read_records(file), strategy=strategy, x_left=x_left, x_right=x_right, budget=budget,
-            cu_s=cu, cp_s=cp, seed=seed, batch_s=batch, lateness_s=lateness,
+            cu_s=cu, cp_s=cp, seed=seed, batch_s=batch, lateness_s=lateness, late_after_s=lateness,
         )  # fmt: skip
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     stats = {
         k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in run.total.as_dict().items()
     }
+    stats["late_dropped"] = run.late_dropped
     if model is not None:
         stats["model"] = {k: getattr(model, k) for k in model._get_params()}
+    if run.late_dropped:
+        click.echo(
+            f"netmon: {run.late_dropped} late records (more than the watermark delay behind the newest "
+            "timestamp before them) dropped",
+            err=True,
+        )
     click.echo(json.dumps(stats), err=True)
     res = run.results
     if fmt == "jsonl":
