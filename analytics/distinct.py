@@ -11,6 +11,9 @@ The item encoding is one function, :func:`_sketch_update`: an item is its canoni
 (seed 9001) exactly as Java's ``HllSketch.update(String)`` does, the call Spark's
 ``hll_sketch_agg`` makes for a string column. See ``docs/distinct.md`` for the conventions the
 Spark side shares.
+
+Every count comes with an interval (:func:`hll_interval`): what the sketch's own error allows,
+from the estimate and ``lg_k`` alone, so the streaming rows and the offline reports state the same.
 """
 
 from __future__ import annotations
@@ -19,13 +22,24 @@ import math
 import struct
 from collections import Counter, deque
 from collections.abc import Iterable
+from functools import cache
 from typing import Self, TypeAlias
 
+import numpy as np
 from datasketches import hll_sketch, hll_union, tgt_hll_type
+from numpy.typing import ArrayLike
 
 from analytics._base import Base
 
-__all__ = ["ExactSlidingDistinct", "SubWindowDistinct", "java_round"]
+__all__ = [
+    "COUPON_RSE",
+    "NUM_STD_DEV",
+    "ExactSlidingDistinct",
+    "SubWindowDistinct",
+    "coupon_limit",
+    "hll_interval",
+    "java_round",
+]
 
 #: The register width Spark writes: ``hll_sketch_agg`` and ``hll_union_agg`` both build
 #: ``TgtHllType.HLL_8`` sketches and emit ``toUpdatableByteArray()`` (Spark 3.5-4.x source).
@@ -60,6 +74,93 @@ def _sketch_update(sketch: hll_sketch, item: str) -> None:
 def java_round(x: float) -> int:
     """Java's ``Math.round``: what Spark's ``hll_sketch_estimate`` returns (a BIGINT)."""
     return math.floor(x + 0.5)
+
+
+#: The standard deviations of the interval stated with every count: DataSketches' ``num_std_dev``
+#: (1, 2 or 3); 2 is about 95 % (95.4 % for a normal error), the level of the sampling interval.
+NUM_STD_DEV = 2
+#: DataSketches' relative standard error of a coupon-mode (LIST/SET) estimate, ``hll_constants::
+#: COUPON_RSE = 0.409 / 2^13``: what coupon collisions leave uncertain once the estimate corrects for
+#: their expected number. ``get_upper_bound(n)`` of a coupon-mode sketch is ``estimate / (1 - n *
+#: COUPON_RSE)`` (tests: against the library).
+COUPON_RSE = 0.409 / 2**13
+
+
+def coupon_limit(lg_k: int) -> int:
+    """The most coupons an HLL_8 sketch of ``lg_k`` keeps before it turns into registers (HLL mode).
+
+    DataSketches' LIST mode holds 7 coupons; below ``lg_k = 8`` the 8th turns it into HLL mode,
+    from 8 on it turns into SET mode, which holds ``3/4 * 2^(lg_k - 3)`` (tests: the library).
+
+    >>> coupon_limit(4), coupon_limit(12)
+    (7, 384)
+    """
+    return 7 if lg_k < 8 else 3 << (lg_k - 5)
+
+
+@cache
+def _hll_rel_err(lg_k: int) -> tuple[float, float]:
+    """``(low, high)``: DataSketches' relative error of a settled HLL-mode estimate at :data:`NUM_STD_DEV`.
+
+    ``hll_sketch.get_rel_err(upper_bound, unioned=True, lg_k, num_std_dev)``, the factor behind
+    the library's own ``get_lower_bound``/``get_upper_bound``: its measured tables for ``lg_k <=
+    12``, ``num_std_dev * 1.03896 / sqrt(2^lg_k)`` above (the non-HIP constant: a settled union is
+    out of order, its estimate the composite estimator). The upper one is negative.
+    """
+    low = hll_sketch.get_rel_err(False, True, lg_k, NUM_STD_DEV)
+    high = hll_sketch.get_rel_err(True, True, lg_k, NUM_STD_DEV)
+    return float(low), float(high)
+
+
+def hll_interval(estimates: ArrayLike, lg_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)``, int64: the counts a settled HLL_8 sketch of ``lg_k`` answering ``estimates`` can hold.
+
+    The interval of the sketch's own error, at :data:`NUM_STD_DEV` standard deviations (~95 %),
+    from the (rounded) estimate and ``lg_k`` alone, which is what a result row carries:
+
+    * A window whose union stayed in coupon mode (at most :func:`coupon_limit` coupons) answers
+      the number of its distinct 32-bit coupons, mapped through DataSketches' coupon table: not
+      exact, two items share a coupon with probability about ``2^-26 / 3``, but the table corrects
+      for the expected collisions, and DataSketches bounds the rest with :data:`COUPON_RSE`:
+      ``estimate / (1 ± 2 COUPON_RSE)``: the collision bound, so a small count is its own interval
+      (below).
+    * A window in HLL mode: DataSketches' own bounds, ``estimate / (1 + relErr)`` with the relative
+      errors of :func:`_hll_rel_err`, the library's ``get_lower_bound(2)``/``get_upper_bound(2)``
+      of the window's settled union, less the lower bound's floor at the number of non-zero
+      registers, which a row does not carry (leaving it out only widens the interval). The
+      library's factor, rather than the textbook ``1.96 * 1.04 / sqrt(2^lg_k)``, because it is
+      the library's statement about its own sketch: 2 % wider above ``lg_k = 12``, and below from
+      its measured tables, wider where ``1.04/sqrt(k)`` understates the error (+68 %/-41 % at
+      ``lg_k = 4``, against ±51 %).
+    * The row does not say which mode answered. An HLL-mode union holds more than
+      ``coupon_limit(lg_k)`` coupons, hence as many distinct items: so an estimate is read as
+      HLL-mode only as far as its HLL interval reaches above that limit, and the interval is the
+      hull of both readings, its HLL part floored at ``limit + 1``. Counts below that reach
+      keep the coupon interval (the point); those within the HLL error of the limit get the HLL
+      upper end (373 .. 384 at ``lg_k = 12``).
+
+    The library's bounds are of its unrounded estimate, which lies within half a unit of the
+    reported one (Java's ``Math.round``): the bounds are taken from ``estimate ∓ 0.5``, so the
+    interval holds every count the library's own interval holds. The ends are then rounded
+    inwards (``ceil``, ``floor``): the true count is an integer, so the rounded interval holds
+    exactly the integers the real one does, and it holds the estimate. A coupon-mode count stays
+    its own interval up to ~5,000 (where ``2 · COUPON_RSE · estimate`` reaches half a unit).
+
+    >>> [tuple(map(int, b)) for b in zip(*hll_interval([1, 300, 380, 10_000], 12))]
+    [(1, 1), (300, 300), (380, 393), (9682, 10329)]
+    """
+    e = np.asarray(estimates, np.float64)
+    below, above = np.maximum(e - 0.5, 0.0), e + 0.5  # where the unrounded estimate lies
+    limit = coupon_limit(lg_k)
+    spread = NUM_STD_DEV * COUPON_RSE
+    low, high = below / (1 + spread), above / (1 - spread)  # coupon mode
+    rel_low, rel_high = _hll_rel_err(lg_k)
+    hll_low = np.maximum(below / (1 + rel_low), limit + 1)  # HLL mode holds more than the limit
+    hll_high = above / (1 + rel_high)
+    possible = hll_high >= limit + 1
+    low = np.where(possible, np.minimum(low, hll_low), low)
+    high = np.where(possible, np.maximum(high, hll_high), high)
+    return np.ceil(low).astype(np.int64), np.floor(high).astype(np.int64)
 
 
 def _check_window(N: int, b: int) -> None:
@@ -189,7 +290,8 @@ class SubWindowDistinct(Base):
     returns DataSketches' estimate of the union, with relative standard error about
     1.04/sqrt(2^lg_k) in both directions (not one-sided). It is exact, up to hash collisions,
     while the union is still in coupon (LIST/SET) mode: in our measurements up to about
-    2^lg_k/10 items. :meth:`bounds` gives the sketch's confidence interval. Estimates are
+    2^lg_k/10 items. :meth:`bounds` gives the sketch's confidence interval, and
+    :func:`hll_interval` the interval a reported (rounded) estimate carries. Estimates are
     rounded as Spark's ``hll_sketch_estimate`` rounds them (Java ``Math.round``). A window's
     union is *settled* (united with itself) before it is read, so in HLL mode its estimate is
     DataSketches' composite estimator, a function of the registers alone, and never the HIP

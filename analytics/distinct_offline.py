@@ -26,6 +26,9 @@ ones the Spark job follows:
 - A report lists groups by distinct count descending, then group text ascending (code-point order,
   which is also UTF-8 byte order), cut to ``top``.
 - Records whose counted key or group key is null are skipped (``OfflineStats.skipped``).
+- Each group's count carries the interval of the sketch's own error
+  (:func:`analytics.distinct.hll_interval` of the count and ``lg_k``, what the pipeline's rows
+  carry when nothing is sampled); an exact count (``exact=True``) is its own interval.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct
+from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct, hll_interval
 from analytics.distinct_queries import DistinctQuery
 from analytics.keys import key_text
 from analytics.timetext import iso_utc, parse_duration_ns
@@ -78,14 +81,35 @@ def seconds_to_ns(seconds: float, *, name: str = "seconds") -> int:
 
 @dataclass(frozen=True)
 class DistinctReport:
-    """One slide's answer: the window's exclusive end, and (group, distinct) pairs in order."""
+    """One slide's answer: the window's exclusive end, and (group, distinct) pairs in order.
+
+    ``lg_k`` is the HLL sketches' (their counts carry :func:`analytics.distinct.hll_interval`),
+    ``None`` for exact counts.
+    """
 
     end_ns: int
     groups: tuple[tuple[str, int], ...]
+    lg_k: int | None = None
+
+    @property
+    def bounds(self) -> tuple[tuple[int, int], ...]:
+        """Each group's ``(distinct_low, distinct_high)``, in the order of :attr:`groups`."""
+        counts = [n for _, n in self.groups]
+        if self.lg_k is None:
+            return tuple((n, n) for n in counts)
+        low, high = hll_interval(counts, self.lg_k)
+        return tuple(zip(low.tolist(), high.tolist(), strict=True))
 
     def to_json(self) -> dict[str, Any]:
-        """``{"end": "<ISO-8601>", "groups": [{"group": ..., "distinct": ...}, ...]}``."""
-        return {"end": iso_utc(self.end_ns), "groups": [{"group": g, "distinct": n} for g, n in self.groups]}
+        """``{"end": "<ISO-8601>", "groups": [{"group": ..., "distinct": ..., "distinct_low": ...,
+        "distinct_high": ...}, ...]}``."""
+        return {
+            "end": iso_utc(self.end_ns),
+            "groups": [
+                {"group": g, "distinct": n, "distinct_low": low, "distinct_high": high}
+                for (g, n), (low, high) in zip(self.groups, self.bounds, strict=True)
+            ],
+        }
 
 
 @dataclass
@@ -159,6 +183,9 @@ class _Driver:
     stats: OfflineStats = field(default_factory=OfflineStats)
 
     def __post_init__(self) -> None:
+        engine = self.engine
+        # The interval the reports state: the sketches' own error; none for exact counts.
+        self.lg_k = engine.lg_k if isinstance(engine, SubWindowDistinct) and not engine.exact else None
         self.b = self.engine.b
         self.n = self.engine.N // self.engine.b
         self.pending: dict[int, dict[tuple[str, str], None]] = {}
@@ -237,7 +264,7 @@ class _Driver:
             if self.full_windows and self.first is not None and i - self.first + 1 < self.n:
                 continue
             self.stats.reports += 1
-            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top))
+            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top), self.lg_k)
 
 
 def _ranked(counts: dict[str, int], top: int | None) -> tuple[tuple[str, int], ...]:
@@ -320,10 +347,11 @@ def distinct_reports(
     >>> t = pa.table({"ts": pa.array([0, 10**9, 2 * 10**9], pa.timestamp("ns", tz="UTC")),
     ...               "src_ip": ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "dst_ip": ["192.0.2.7"] * 3})
     >>> q = DistinctQuery(name="ddos", count="src_ip", group_by="dst_ip", window_s=2, sub_window_s=1)
-    >>> [r.to_json() for r in distinct_reports([t], q)][-1]  # 10.0.0.3's sub-window stays open
-    {'end': '1970-01-01T00:00:02Z', 'groups': [{'group': '192.0.2.7', 'distinct': 2}]}
-    >>> [r.to_json() for r in distinct_reports([t], q, close_after_ns=10**9)][-1]  # closed
-    {'end': '1970-01-01T00:00:03Z', 'groups': [{'group': '192.0.2.7', 'distinct': 2}]}
+    >>> report = [r.to_json() for r in distinct_reports([t], q)][-1]  # 10.0.0.3's sub-window stays open
+    >>> report["end"], report["groups"]  # a count in coupon mode: its own interval
+    ('1970-01-01T00:00:02Z', [{'group': '192.0.2.7', 'distinct': 2, 'distinct_low': 2, 'distinct_high': 2}])
+    >>> [r.end_ns for r in distinct_reports([t], q, close_after_ns=10**9)][-1]  # closed
+    3000000000
     """
     engine = SubWindowDistinct(
         seconds_to_ns(query.window_s, name="window_s"),

@@ -65,6 +65,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from analytics import distinct_queries
+from analytics.distinct import hll_interval
 from analytics.keys import parse_key
 from analytics.sampling import count_interval
 from analytics.sketch_carry import GroupIds, SlidingCoupons
@@ -520,7 +521,8 @@ class SlidingDistinct:
                 pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
             )
             width = {q.name: c.k for c in self.chains for q in c.queries}
-            distinct, keep, low, high = _precision(rows, stored, width)
+            lg_k = {q.name: c.lg_k for c in self.chains for q in c.queries}
+            distinct, keep, low, high = _precision(rows, stored, width, lg_k)
             table = pa.table(
                 {
                     "query": rows["query"],
@@ -662,32 +664,63 @@ _BEFORE_ALL = -(2**62)
 _ADDRESS_BITS = 26
 
 
+def _sketch_bounds(
+    queries: pa.ChunkedArray, counts: np.ndarray, lg_k: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's interval of its sketch's count (``analytics.distinct.hll_interval``), vectorized."""
+    low = np.empty(len(counts), np.int64)
+    high = np.empty(len(counts), np.int64)
+    names = list(lg_k)
+    at = np.asarray(pc.index_in(queries, value_set=pa.array(names, pa.string())).to_numpy())
+    lgs = np.asarray([lg_k[name] for name in names], np.int64)[at]
+    for lg in np.unique(lgs):
+        mine = lgs == lg
+        low[mine], high[mine] = hll_interval(counts[mine], int(lg))
+    return low, high
+
+
 def _precision(
-    rows: pa.Table, stored: dict[int, dict], width: dict[str, int]
+    rows: pa.Table, stored: dict[int, dict], width: dict[str, int], lg_k: dict[str, int]
 ) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
     """Each row's count scaled for its window's drop boxes, the fraction, and the interval.
 
-    The kept items of a sub-window sampled at x are a Bernoulli(x) sample of its items (nested:
-    an item kept at ¼ is kept at ½). Every batch marks the sub-windows it could reach with its
-    fraction while sampling is in use (``keeps`` in its store marker). A window whose marks range
-    from x_min to x_max — x_max = 1 where a sub-window has no mark (its items came before) —
-    holds each of its D items with a probability between them, so its sketch's count n lies
-    around D·x with x in that range: ``distinct_low`` is the 95 % score interval's low end at
-    x_max, ``distinct_high`` its high end at x_min, and ``distinct`` the mean of n/x_max and
-    n/x_min (n/x when one fraction holds the whole window: seed 004's adaptation delay, a change
-    is fully in force one window later). ``keep`` is x_min. The sketch's own (HLL) error is not in
-    the interval. Unsampled rows: ``keep = 1`` and the interval is the count.
+    The interval states two errors, the sketch's own and the drop boxes':
+
+    * The sketch's: its count n of the (kept) items estimates their number m within
+      ``analytics.distinct.hll_interval(n, lg_k)`` = [m_low, m_high] (DataSketches' own bounds
+      at 2 standard deviations; a count in coupon mode is its own interval below ~10^4). Without
+      a drop box that is the row's interval: the same as the offline report's.
+    * The drop boxes': the kept items of a sub-window sampled at x are a Bernoulli(x) sample of
+      its items (nested: an item kept at ¼ is kept at ½). Every batch marks the sub-windows it
+      could reach with its fraction while sampling is in use (``keeps`` in its store marker). A
+      window whose marks range from x_min to x_max — x_max = 1 where a sub-window has no mark
+      (its items came before) — holds each of its D items with a probability between them, so m
+      lies around D·x with x in that range.
+
+    ``distinct_low`` is the 95 % score interval's low end at x_max for m = m_low, and
+    ``distinct_high`` its high end at x_min for m = m_high: the score interval's ends grow with m,
+    so the interval holds D whenever m is in [m_low, m_high] and D is in the score interval of m,
+    with probability at least 1 − 0.05 − 0.046 (union bound; the two errors are independent, so
+    in practice more). Departure: no paper gives this combination; it is the conservative one.
+    ``distinct`` is the mean of n/x_max and n/x_min (n/x when one fraction holds the whole window:
+    seed 004's adaptation delay, a change is fully in force one window later). ``keep`` is x_min.
+    Unsampled rows: ``keep = 1``, ``distinct = n`` and the interval is [m_low, m_high].
     """
     raw = pc.cast(rows["distinct"], pa.int64())
+    counts = np.asarray(raw.to_numpy(), np.int64)
+    kept_low, kept_high = _sketch_bounds(rows["query"], counts, lg_k)
     marks: dict[str, list[tuple[int, int, float]]] = {}
     for marker in stored.values():
         for name, ranges in marker.get("keeps", {}).items():
             marks.setdefault(name, []).extend((int(lo), int(hi), float(x)) for lo, hi, x in ranges)
     n = rows.num_rows
     if not any(x < 1 for ranges in marks.values() for _, _, x in ranges):
-        return raw, pa.array(np.ones(n)), raw, raw
+        return raw, pa.array(np.ones(n)), pa.array(kept_low, pa.int64()), pa.array(kept_high, pa.int64())
     out, keep, low, high = [], [], [], []
-    for name, i, count in zip(rows["query"].to_pylist(), rows["i"].to_pylist(), raw.to_pylist(), strict=True):
+    queries, ends = rows["query"].to_pylist(), rows["i"].to_pylist()
+    for name, i, count, m_low, m_high in zip(
+        queries, ends, counts.tolist(), kept_low.tolist(), kept_high.tolist(), strict=True
+    ):
         first = i - width[name] + 1
         hits = sorted((lo, hi, x) for lo, hi, x in marks.get(name, ()) if lo <= i and hi >= first)
         x_min = min((x for _, _, x in hits), default=1.0)
@@ -702,13 +735,13 @@ def _precision(
         if x_min >= 1:
             out.append(count)
             keep.append(1.0)
-            low.append(count)
-            high.append(count)
+            low.append(m_low)
+            high.append(m_high)
             continue
         out.append(round((count / x_max + count / x_min) / 2))
         keep.append(x_min)
-        low.append(math.floor(count_interval(count / x_max, x_max)[0]))
-        high.append(math.ceil(count_interval(count / x_min, x_min)[1]))
+        low.append(math.floor(count_interval(m_low / x_max, x_max)[0]))
+        high.append(math.ceil(count_interval(m_high / x_min, x_min)[1]))
     return (
         pa.array(out, pa.int64()),
         pa.array(keep, pa.float64()),

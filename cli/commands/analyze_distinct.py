@@ -1,7 +1,8 @@
 """``netmon analyze distinct FILE``: sliding-window distinct counts over a capture, offline.
 
-One JSON line per slide, ``{"end": "<ISO-8601>", "groups": [{"group": ..., "distinct": ...}]}``,
-or a table. The conventions are in ``docs/distinct.md``.
+One JSON line per slide, ``{"end": "<ISO-8601>", "groups": [{"group": ..., "distinct": ...,
+"distinct_low": ..., "distinct_high": ...}]}`` (the 95 % interval of the HLL estimate, equal to the
+count where it is exact), or a table of the counts. The conventions are in ``docs/distinct.md``.
 """
 
 from __future__ import annotations

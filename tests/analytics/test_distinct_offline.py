@@ -42,6 +42,11 @@ def key_of(row: dict, fields: tuple[str, ...]) -> str | None:
     return None if any(v is None for v in vals) else ",".join(str(v) for v in vals)
 
 
+def exact_group(group: str, n: int) -> dict:
+    """A report's entry for an exact count: its own interval."""
+    return {"group": group, "distinct": n, "distinct_low": n, "distinct_high": n}
+
+
 def brute_reports(rows, query: DistinctQuery, *, watermark_ns=0, full_windows=False, top=None):
     """Record-by-record reference of docs/distinct.md, from timestamps (no sub-window synopses)."""
     N, b = seconds_to_ns(query.window_s), seconds_to_ns(query.sub_window_s)
@@ -75,9 +80,7 @@ def brute_reports(rows, query: DistinctQuery, *, watermark_ns=0, full_windows=Fa
                 seen[g].add(it)
         if seen:
             ranked = sorted(((g, len(s)) for g, s in seen.items()), key=lambda kv: (-kv[1], kv[0]))
-            out.append(
-                {"end": iso_utc(end), "groups": [{"group": g, "distinct": n} for g, n in ranked[:top]]}
-            )
+            out.append({"end": iso_utc(end), "groups": [exact_group(g, n) for g, n in ranked[:top]]})
     return out, late
 
 
@@ -124,7 +127,7 @@ def test_empty_sub_windows_and_gaps_longer_than_the_window():
     got = offline(far, q)
     # b (T0+5.5s) is in the windows ending T0+6..T0+8; c in the one ending T0+10**5+1.
     assert [r["end"] for r in got] == [iso_utc(T0 + k * S) for k in (1, 2, 3, 6, 7, 8, 10**5 + 1)]
-    assert got[-1] == {"end": iso_utc(T0 + (10**5 + 1) * S), "groups": [{"group": "v", "distinct": 1}]}
+    assert got[-1] == {"end": iso_utc(T0 + (10**5 + 1) * S), "groups": [exact_group("v", 1)]}
     assert got == brute_reports(far, q)[0]
 
 
@@ -179,7 +182,7 @@ def test_global_count_has_group_text_empty_and_top_orders_ties_by_text():
         for k, (s, d) in enumerate([("a", "z"), ("b", "z"), ("a", "y"), ("b", "y"), ("c", "x"), ("c", "w")])
     ]
     rows.append({"ts": T0 + S, "src_ip": None, "dst_ip": "z"})  # not counted, but closes the sub-window
-    assert offline(rows, q) == [{"end": iso_utc(T0 + S), "groups": [{"group": "", "distinct": 3}]}]
+    assert offline(rows, q) == [{"end": iso_utc(T0 + S), "groups": [exact_group("", 3)]}]
     q2 = DistinctQuery(name="g", count="src_ip", group_by="dst_ip", window_s=1, sub_window_s=1)
     assert [g["group"] for g in offline(rows, q2)[0]["groups"]] == ["y", "z", "w", "x"]
     assert [g["group"] for g in offline(rows, q2, top=3)[0]["groups"]] == ["y", "z", "w"]

@@ -2,8 +2,10 @@
 *items* (every record of a kept item is kept), and each row says the fraction and its interval.
 
 At one fraction x for the whole stream a window's count is the sketch of the kept items over x:
-the rows must equal the offline engine run over the records of the kept items, times 1/x. When
-the fraction changes, the windows spanning the change carry both fractions (seed 004's
+the rows must equal the offline engine run over the records of the kept items, times 1/x, and
+the interval is the score interval at the ends of the sketch's own interval
+(``analytics.distinct.hll_interval``). Unsampled, the rows carry the offline reports' intervals.
+When the fraction changes, the windows spanning the change carry both fractions (seed 004's
 adaptation delay) and their intervals still cover the exact answer.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from analytics.distinct import coupon_limit, hll_interval
 from analytics.distinct_offline import distinct_reports
 from analytics.hll_coupons import coupons
 from analytics.sampling import count_interval
@@ -57,7 +60,10 @@ def _packets(seed: int, seconds: int, n: int = 4000) -> list[dict]:
     return rows
 
 
-def _offline(rows: list[dict], q: DistinctQuery) -> dict[tuple[datetime, str], int]:
+def _offline_rows(
+    rows: list[dict], q: DistinctQuery, *, exact: bool = False
+) -> dict[tuple[datetime, str], tuple[int, int, int]]:
+    """``(distinct, distinct_low, distinct_high)`` per (window end, group), offline."""
     table = pa.table(
         {
             "ts": pa.array([r["ts"] for r in rows], pa.timestamp("ns", tz="UTC")),
@@ -66,11 +72,16 @@ def _offline(rows: list[dict], q: DistinctQuery) -> dict[tuple[datetime, str], i
         }
     )
     out = {}
-    for r in distinct_reports([table], offline_query(q), lg_k=q.lg_k, watermark_ns=WATERMARK_MS * 10**6):
+    options = {"exact": True} if exact else {"lg_k": q.lg_k}
+    for r in distinct_reports([table], offline_query(q), watermark_ns=WATERMARK_MS * 10**6, **options):
         end = datetime.fromtimestamp(0, UTC) + timedelta(microseconds=r.end_ns // 1000)
-        for group, n in r.groups:
-            out[(end, group)] = n
+        for (group, n), (low, high) in zip(r.groups, r.bounds, strict=True):
+            out[(end, group)] = (n, low, high)
     return out
+
+
+def _offline(rows: list[dict], q: DistinctQuery, *, exact: bool = False) -> dict[tuple[datetime, str], int]:
+    return {key: n for key, (n, _, _) in _offline_rows(rows, q, exact=exact).items()}
 
 
 def _item(r: dict, q: DistinctQuery) -> str:
@@ -122,16 +133,17 @@ def test_one_fraction_throughout_gives_the_kept_items_counts_scaled(tmp_path) ->
         assert set(mine) == set(expected), q.name
         for key, n in expected.items():
             r = mine[key]
-            low, high = count_interval(n / x, x)
+            # the sketch's interval of the kept count, then the score interval at its ends
+            kept_low, kept_high = (int(end[0]) for end in hll_interval([n], q.lg_k))
+            low, high = count_interval(kept_low / x, x)[0], count_interval(kept_high / x, x)[1]
             assert (r["distinct"], r["keep"]) == (round(n / x), x), (q.name, key)
             assert (r["distinct_low"], r["distinct_high"]) == (int(np.floor(low)), int(np.ceil(high)))
-    # the query without a drop box is exact and says so
-    exact = _offline(rows + closing, QUERIES[2])
+    # the query without a drop box is unsampled and says so: the offline reports' intervals
     short = {(r["window_end"], r["group"]): r for r in got["short"]}
-    assert {k: r["distinct"] for k, r in short.items()} == exact
-    assert all(
-        r["keep"] == 1.0 and r["distinct_low"] == r["distinct"] == r["distinct_high"] for r in short.values()
-    )
+    assert {
+        k: (r["distinct"], r["distinct_low"], r["distinct_high"]) for k, r in short.items()
+    } == _offline_rows(rows + closing, QUERIES[2])
+    assert all(r["keep"] == 1.0 for r in short.values())
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -161,6 +173,53 @@ def test_a_fraction_set_mid_stream_is_marked_and_its_intervals_cover_the_exact_c
             assert r["distinct_low"] <= r["distinct"] <= r["distinct_high"]
     assert inside > 50
     assert covered / inside >= 0.9, (covered, inside)
+
+
+def test_unsampled_rows_carry_the_offline_intervals_and_they_cover_the_exact_counts(tmp_path) -> None:
+    # No drop box: every row's interval is the sketch's own (the offline report's), and it holds
+    # the exact count (brute force: the exact engine) where the HLL estimate alone mostly does not.
+    rows = _packets(seed=6, seconds=30, n=6000)
+    batches = _batches(rows)
+    got = _run(tmp_path, batches, lambda _: {})
+    closing = [{**batches[-1][0]}]
+    inside = covered = hll = hll_covered = point = 0
+    for q in QUERIES:
+        mine = {(r["window_end"], r["group"]): r for r in got[q.name]}
+        assert all(r["keep"] == 1.0 for r in mine.values())
+        offline = _offline_rows(rows + closing, q)
+        assert {k: (r["distinct"], r["distinct_low"], r["distinct_high"]) for k, r in mine.items()} == offline
+        exact = _offline(rows + closing, q, exact=True)
+        assert set(exact) == set(mine)
+        for key, r in mine.items():
+            holds = r["distinct_low"] <= exact[key] <= r["distinct_high"]
+            inside += 1
+            covered += holds
+            if exact[key] <= coupon_limit(q.lg_k) // 2:  # coupon mode, far below the limit: exact
+                assert r["distinct_low"] == r["distinct"] == r["distinct_high"] == exact[key], key
+            elif exact[key] > coupon_limit(q.lg_k):  # HLL mode
+                hll += 1
+                hll_covered += holds
+                point += r["distinct"] == exact[key]
+    assert hll > 100
+    assert covered / inside >= 0.9, (covered, inside)
+    assert hll_covered / hll >= 0.9, (hll_covered, hll)
+    assert point / hll <= 0.4, (point, hll)  # the point estimate alone (the old rows) mostly misses
+
+
+def test_sampled_hll_mode_intervals_cover_the_exact_counts(tmp_path) -> None:
+    # flows at ½: the kept items of a 6 s window (~500) pass the coupon limit (384), so the sketch's
+    # own error and the sampling's both count.
+    rows = _packets(seed=7, seconds=60, n=12000)
+    batches = _batches(rows)
+    got = _run(tmp_path, batches, lambda _: {"flows": 0.5})
+    exact = _offline(rows + [{**batches[-1][0]}], QUERIES[1], exact=True)
+    mine = [r for r in got["flows"] if r["keep"] == 0.5]
+    assert len(mine) > 30
+    assert sum(r["distinct"] * 0.5 > coupon_limit(12) for r in mine) > len(mine) // 2
+    covered = sum(
+        r["distinct_low"] <= exact[(r["window_end"], r["group"])] <= r["distinct_high"] for r in mine
+    )
+    assert covered / len(mine) >= 0.9, (covered, len(mine))
 
 
 def test_a_fraction_must_be_a_power_of_two_the_sketch_has_bits_for() -> None:

@@ -3,7 +3,8 @@
 Both sides build the same sub-window sketches (same key text, same hash) and read each window's
 union *settled* (``hll_union(sk, sk)`` in Spark, ``SubWindowDistinct._union`` offline), whose
 estimate depends on the registers only, so the answers are equal exactly, HLL mode included
-(``ddos.pcap`` has ~850 flows per protocol in a window, beyond coupon mode).
+(``ddos.pcap`` has ~850 flows per protocol in a window, beyond coupon mode), and so are the
+intervals of the sketch's own error each row and report carries (``distinct_low/high``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from analytics.distinct import hll_interval
 from analytics.distinct_offline import distinct_reports
 from cli.main import cli
 from ingest import read_records
@@ -42,7 +44,10 @@ QUERIES = (
     DistinctQuery(name="ddos-short", count="src_ip", group_by="dst_ip", window_s=4, sub_window_s=0.5, lg_k=8),
 )
 
-Report = dict[int, list[tuple[str, int]]]  # window end (ns) -> [(group, distinct)] in rank order
+#: window end (ns) -> [(group, distinct)] in rank order (other tests compare these too)
+Report = dict[int, list[tuple[str, int]]]
+#: window end (ns) -> [(group, distinct, distinct_low, distinct_high)] in rank order
+Bounded = dict[int, list[tuple[str, int, int, int]]]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -71,28 +76,40 @@ def _replay(cfg: Config, close_windows_s: float, **options: object) -> int:
 
 def _streamed(cfg: Config) -> dict[str, Report]:
     """The committed results per query, each (query, window end, group) row exactly once."""
+    return {
+        query: {end: [(g, n) for g, n, _, _ in ranked] for end, ranked in by_end.items()}
+        for query, by_end in _streamed_bounded(cfg).items()
+    }
+
+
+def _streamed_bounded(cfg: Config) -> dict[str, Bounded]:
+    """:func:`_streamed` with each row's interval (``distinct_low``, ``distinct_high``)."""
     table = read_results(results_dir(cfg, "distinct"))
     rows = [] if table is None else table.to_pylist()
     if rows:
-        # The answer's columns, then the precision columns (docs/distinct.md): exact here (no
-        # drop box), so every row's interval is its count.
+        # The answer's columns, then the precision columns (docs/distinct.md): no drop box here,
+        # so every row's interval is the sketch's own error (coupon mode: the count itself).
         assert tuple(table.column_names) == (*COLUMNS, "keep", "distinct_low", "distinct_high")
-        assert all(
-            r["keep"] == 1.0 and r["distinct_low"] == r["distinct"] == r["distinct_high"] for r in rows
-        )
+        lg_k = {q.name: q.lg_k for q in cfg.queries.distinct}
+        assert all(r["keep"] == 1.0 for r in rows)
+        for r in rows:
+            low, high = hll_interval([r["distinct"]], lg_k[r["query"]])
+            assert (r["distinct_low"], r["distinct_high"]) == (low[0], high[0]), r
     seen = Counter((r["query"], r["window_end"], r["group"]) for r in rows)
     assert not [k for k, n in seen.items() if n > 1], "rows written twice"
-    out: dict[str, dict[int, list[tuple[int, str, int]]]] = {}
+    out: dict[str, dict[int, list[tuple[int, str, int, int, int]]]] = {}
     for r in rows:
         end = _ns(r["window_end"])
-        out.setdefault(r["query"], {}).setdefault(end, []).append((r["rank"], r["group"], r["distinct"]))
-    reports: dict[str, Report] = {}
+        out.setdefault(r["query"], {}).setdefault(end, []).append(
+            (r["rank"], r["group"], r["distinct"], r["distinct_low"], r["distinct_high"])
+        )
+    reports: dict[str, Bounded] = {}
     for query, by_end in out.items():
         reports[query] = {}
         for end, ranked in by_end.items():
             ranked.sort()
-            assert [rank for rank, _, _ in ranked] == list(range(1, len(ranked) + 1))
-            reports[query][end] = [(g, n) for _, g, n in ranked]
+            assert [rank for rank, *_ in ranked] == list(range(1, len(ranked) + 1))
+            reports[query][end] = [(g, n, low, high) for _, g, n, low, high in ranked]
     return reports
 
 
@@ -115,7 +132,7 @@ def _published(cfg: Config, count: int) -> list[dict]:
     return rows
 
 
-def _offline(cfg: Config, close_windows_s: float, *, control_record: bool = True) -> dict[str, Report]:
+def _offline(cfg: Config, close_windows_s: float, *, control_record: bool = True) -> dict[str, Bounded]:
     """``distinct_reports`` over the capture, closing at the end as the replay's control message does.
 
     Either a keyless record at the control message's event time is appended, or the run closes
@@ -133,7 +150,7 @@ def _offline(cfg: Config, close_windows_s: float, *, control_record: bool = True
         batches.append(pa.table(control, schema=table.schema))
     else:
         close_after_ns = int(close_windows_s * 1e9) - watermark_ns
-    out: dict[str, Report] = {}
+    out: dict[str, Bounded] = {}
     for q in cfg.queries.distinct:
         reports = distinct_reports(
             batches,
@@ -143,11 +160,14 @@ def _offline(cfg: Config, close_windows_s: float, *, control_record: bool = True
             watermark_ns=watermark_ns,
             close_after_ns=close_after_ns,
         )
-        out[q.name] = {r.end_ns: list(r.groups) for r in reports}
+        out[q.name] = {
+            r.end_ns: [(g, n, low, high) for (g, n), (low, high) in zip(r.groups, r.bounds, strict=True)]
+            for r in reports
+        }
     return out
 
 
-def _cli(q: DistinctQuery, watermark_s: float) -> Report:
+def _cli(q: DistinctQuery, watermark_s: float) -> Bounded:
     """``netmon analyze distinct SAMPLE ... --keep-open`` for one configured query, parsed.
 
     ``--keep-open``: the replay ends without extra event time (``close_windows_s = 0``).
@@ -158,11 +178,11 @@ def _cli(q: DistinctQuery, watermark_s: float) -> Report:
     args += ["--top", str(q.top), "--watermark", f"{watermark_s}s", "--keep-open"]
     result = CliRunner().invoke(cli, args, env={"NETMON_CONFIG": None})
     assert result.exit_code == 0, result.output
-    out: Report = {}
+    out: Bounded = {}
     for line in result.stdout.splitlines():
         report = json.loads(line)
         out[_ns(datetime.fromisoformat(report["end"]))] = [
-            (g["group"], g["distinct"]) for g in report["groups"]
+            (g["group"], g["distinct"], g["distinct_low"], g["distinct_high"]) for g in report["groups"]
         ]
     return out
 
@@ -242,12 +262,14 @@ def test_streaming_results_equal_netmon_analyze_distinct(spark, kafka_bootstrap,
         assert pipeline.failed() is None, pipeline.failed()
     finally:
         pipeline.stop()
-    got = _streamed(cfg)
+    got = _streamed_bounded(cfg)
     for q in cfg.queries.distinct:
         expected = _cli(q, cfg.pipeline.watermark_s)
         assert expected, f"{q.name}: no offline reports"
         assert got.get(q.name) == expected, q.name
-    assert max(n for r in got["flows-per-proto"].values() for _, n in r) > 2**12 // 8  # HLL mode
+    assert max(n for r in got["flows-per-proto"].values() for _, n, *_ in r) > 2**12 // 8  # HLL mode
+    # ... whose rows state the sketch's error (equal to the command's, above)
+    assert any(low < n < high for r in got["flows-per-proto"].values() for _, n, low, high in r)
     assert all(len(r) <= 5 for r in got["port-scan"].values())
     # The same rows, republished as JSON on the results topic.
     rows = read_results(results_dir(cfg, "distinct")).to_pylist()
@@ -282,7 +304,7 @@ def test_restart_from_checkpoint_gives_the_same_results(spark, kafka_bootstrap, 
             time.sleep(0.3)
     finally:
         first.stop()
-    partial = _streamed(cfg)
+    partial = _streamed_bounded(cfg)
 
     second = start_pipeline(spark, cfg, kinds=("distinct",), available_now=True)
     try:
@@ -290,7 +312,7 @@ def test_restart_from_checkpoint_gives_the_same_results(spark, kafka_bootstrap, 
         assert second.failed() is None, second.failed()
     finally:
         second.stop()
-    got = _streamed(cfg)
+    got = _streamed_bounded(cfg)
     assert sum(map(len, partial.values())) < sum(map(len, got.values())), "stopped too late"
     assert got == expected
     assert second.stats["distinct"].late_dropped == 0
