@@ -409,6 +409,8 @@ class SheddingListener(CommittingListener):
                 "timestamp": progress.get("timestamp"),
                 "observedMetrics": figures.observed,
                 "durationMs": {"triggerExecution": round(1000 * figures.seconds.get("joins", 0.0))},
+                # the whole shared batch: the interval the join's budget is a share of
+                "sharedBatchMs": (progress.get("durationMs") or {}).get("triggerExecution"),
             }
         with self._lock:
             started = time.perf_counter()

@@ -13,8 +13,11 @@ join query, :meth:`SheddingController.update` takes the query's progress (the di
    results``. Both costs are scaled by ``busy_s / (update_s + probe_s)`` so that eq. (2) at the
    applied fractions equals the operator's measured wall time, marshalling and state
    (de)serialisation included, and are smoothed (EWMA, weight ``smoothing``);
-2. turns the budget into event-time units: the next batch may use ``cpu_budget · trigger_s``
-   seconds for about ``span`` seconds of event time, so ``B = cpu_budget · trigger_s / span``
+2. turns the budget into event-time units: the next batch may use ``cpu_budget · I`` seconds
+   for about ``span`` seconds of event time, so ``B = cpu_budget · I / span``, where ``I`` is the
+   trigger interval, or the shared batch's duration when it was longer (the join's share of the
+   pipeline's time: a batch made long by the other kinds, or by a backlog they drain, does not
+   make the join shed; ``pipeline.joins.SheddingListener`` passes it as ``sharedBatchMs``)
    seconds per event second. A query with a ``share`` (``[[queries.join]] cpu_share``) gets that
    fraction of the budget; the others divide the rest in proportion to their unshed cost. With
    ``budget_scope = "batch"`` (the default) the budget bounds the joins' whole part of the
@@ -102,9 +105,10 @@ class SheddingRecord:
 
     ``x_left``/``x_right`` are the fractions the batch applied, ``next_x_*`` those chosen for the
     following batches and ``optimum_x_*`` the optimizer's unsmoothed answer. Rates are per second
-    of event time, costs in seconds, ``utilisation = busy_s / trigger_s`` (the operator's wall time
-    as a fraction of the trigger interval), ``batch_utilisation`` the whole micro-batch's duration
-    over the trigger interval (``cpu_budget`` is the target of the one ``budget_scope`` names) and
+    of event time, costs in seconds, ``utilisation = busy_s / I`` (the operator's wall time as a
+    fraction of the interval ``I`` the budget is a share of: the trigger interval, or the shared
+    batch when it took longer), ``batch_utilisation`` the joins' part of the batch over ``I``
+    (``cpu_budget`` is the target of the one ``budget_scope`` names) and
     ``batch_factor`` the smoothed ratio ρ of batch duration to operator time the controller used.
     """
 
@@ -343,6 +347,13 @@ class SheddingController:
         observed = progress.get("observedMetrics") or {}
         batch_ms = int((progress.get("durationMs") or {}).get("triggerExecution") or 0)
         batch_time = str(progress.get("timestamp") or "") or _now_iso()
+        # The interval the budget is a share of: the trigger interval, or the whole batch when it
+        # took longer (``sharedBatchMs``, the shared query's batch the joins ran in): the join is
+        # held to its share of the pipeline's time, not blamed for the other kinds' (departure
+        # from seed 003, whose operator has the CPU to itself; the drop boxes of
+        # ``[resources] manage`` answer for the other kinds).
+        shared_s = int(progress.get("sharedBatchMs") or 0) / 1000
+        interval_s = max(self.trigger_s, shared_s)
 
         measured: dict[str, dict[str, float]] = {}
         for q in self.queries:
@@ -352,7 +363,7 @@ class SheddingController:
             measured[q.name] = self._measure(q, m)
 
         # The budget per batch, shared in proportion to the queries' unshed cost per batch.
-        allowed = self.cpu_budget * self.trigger_s
+        allowed = self.cpu_budget * interval_s
         busy = sum(v["busy_s"] for v in measured.values())
         # An overrun: more than a quarter over the budget (at the default 0.8 of the trigger, a
         # batch longer than the trigger interval, so the lag grew). Within that, measurement noise
@@ -429,9 +440,9 @@ class SheddingController:
                     expected_results=expected,
                     busy_s=v["busy_s"],
                     join_s=_nan_to(m.get("total_s"), 0.0),
-                    utilisation=v["busy_s"] / self.trigger_s,
+                    utilisation=v["busy_s"] / interval_s,
                     batch_ms=batch_ms,
-                    batch_utilisation=batch_ms / 1000 / self.trigger_s,
+                    batch_utilisation=batch_ms / 1000 / interval_s,
                     batch_factor=self._rho if self.budget_scope == "batch" else math.nan,
                     state_left=int(m.get("state_left") or 0),
                     state_right=int(m.get("state_right") or 0),

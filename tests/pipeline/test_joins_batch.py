@@ -190,3 +190,45 @@ def test_every_syn_is_answered_or_reported_once_when_the_stream_closes(tmp_path:
     assert reported + Counter({k: n for k, n in expected.items() if k in answered}) == expected
     # the last batch held no records, yet reported SYNs: the clock moved without tuples
     assert (tmp_path / "results" / f"batch-{len(batches):06d}" / "part-00000.parquet").exists()
+
+
+def _skewed_batches(per_message: int = 500) -> list[tuple[pa.Table, int]]:
+    """The capture over two Kafka partitions (messages dealt alternately), read unevenly: each batch
+    takes three messages of partition 0 and one of partition 1, so partition 0 runs ahead in event
+    time, as Spark's offset limit per trigger can split a batch. With each batch its event time as
+    ``pipeline.partials.merge_partials`` gives it: the smallest over the partitions in the batch of
+    their newest record."""
+    rows = _records()
+    messages = [rows.slice(i, per_message) for i in range(0, rows.num_rows, per_message)]
+    parts: list[list[pa.Table]] = [messages[0::2], messages[1::2]]
+    out = []
+    while parts[0] or parts[1]:
+        taken = [parts[0][:3], parts[1][:1]]
+        parts = [parts[0][3:], parts[1][1:]]
+        newest = [pc.max(pc.cast(t["ts"], pa.int64())).as_py() for msgs in taken if msgs for t in msgs[-1:]]
+        out.append((pa.concat_tables([m for msgs in taken for m in msgs]), min(newest)))
+    return out
+
+
+def test_a_partition_ahead_of_another_loses_no_pair(straight: Path, tmp_path: Path) -> None:
+    """Tuples later than the batch's event time wait for it: the join's clock never passes what
+    the slower partition has still to bring, so the rows equal a run over the capture in order."""
+    batches = _skewed_batches()
+    spread = max(pc.max(pc.cast(b["ts"], pa.int64())).as_py() - max_us for b, max_us in batches)
+    assert spread > (HANDSHAKE.window_s + 5.0) * 1e6  # partition 0 runs further ahead than T + lateness
+    kind = _kind(tmp_path)
+    for i, (batch, max_us) in enumerate(batches):
+        kind.apply(partials_of(batch, kind.specs), max_us, i)
+    for q in QUERIES[:2]:
+        assert _rows(tmp_path / "results", q.name) == _rows(straight / "results", q.name), q.name
+    # a restart in the middle keeps the tuples that wait
+    again = tmp_path / "again"
+    first = _kind(again)
+    for i, (batch, max_us) in enumerate(batches[: len(batches) // 2]):
+        first.apply(partials_of(batch, first.specs), max_us, i)
+    assert list(again.glob("checkpoint/waiting-*.arrow")), "no tuple waited at the restart point"
+    restarted = _kind(again)
+    for i, (batch, max_us) in enumerate(batches[len(batches) // 2 :], start=len(batches) // 2):
+        restarted.apply(partials_of(batch, restarted.specs), max_us, i)
+    for q in QUERIES[:2]:
+        assert _rows(again / "results", q.name) == _rows(straight / "results", q.name), q.name

@@ -330,17 +330,17 @@ class _SharedFigures:
         return self.by_batch.get(batch_id)
 
 
-def _shared(body: dict[str, Any] | str, source: _SharedFigures) -> dict[str, Any]:
+def _shared(body: dict[str, Any] | str, source: _SharedFigures, shared_ms: int = 950) -> dict[str, Any]:
     """A joins progress as the shared query now reports it: the join statistics and the joins
     kind's seconds in the batch function's figures; the progress itself is the whole shared
-    batch's (here 9.999 s, far longer than the joins' 1.8 s)."""
+    batch's (``shared_ms``: by default within the 1 s trigger, so the budget is a share of it)."""
     from netmon.results import SHARED_QUERY
     from pipeline.sys_stats import BatchFigures
 
     body = json.loads(body) if isinstance(body, str) else dict(body)
     observed = body.pop("observedMetrics")
     joins_s = body["durationMs"]["triggerExecution"] / 1000
-    body.update(name=SHARED_QUERY, durationMs={"triggerExecution": 9999, "addBatch": 9000})
+    body.update(name=SHARED_QUERY, durationMs={"triggerExecution": shared_ms, "addBatch": shared_ms - 50})
     source.by_batch[body["batchId"]] = BatchFigures(
         packets=1000, newest_ns=None, seconds={"joins": joins_s}, observed=observed
     )
@@ -373,7 +373,7 @@ def test_listener_writes_fractions_and_commits_one_batch_per_joins_batch(tmp_pat
     [row] = table.to_pylist()
     assert row["next_x_left"] == pytest.approx(0.9)
     # the batch's duration is the joins kind's own seconds, not the whole shared batch's
-    assert row["batch_utilisation"] == pytest.approx(1.8)
+    assert row["batch_utilisation"] == pytest.approx(1.8) and row["batch_ms"] == 1800
     # The same progress handed over again: ignored, still one commit.
     listener.onQueryProgress(_event(first))
     assert committed() == [("link", 7)]
@@ -414,3 +414,27 @@ def test_listener_knows_when_a_query_run_has_been_handled(tmp_path: Path) -> Non
     listener.onQueryTerminated(SimpleNamespace(id=uuid.uuid4(), runId=run, exception=None))
     assert listener.drained(str(run), 0.0)
     assert not listener.drained(str(uuid.uuid4()), 0.0)
+
+
+def test_a_join_in_a_long_shared_batch_is_held_to_its_share_of_it(tmp_path: Path) -> None:
+    """The budget is a share of the trigger interval or of the shared batch when it took longer:
+    the same join statistics that shed within a 1 s batch (0.45 s allowed, 1.8 s used) do not
+    shed in a 10 s batch made long by the other kinds (4.5 s allowed); the utilisation is over
+    that interval."""
+    from netmon.results import SHARED_QUERY, read_results
+    from pipeline.joins import SheddingListener
+
+    runs = {}
+    for shared_ms in (950, 10_000):
+        results = tmp_path / str(shared_ms)
+        listener = SheddingListener(results / "fractions.json", results / "rows", controller())
+        source = _SharedFigures()
+        listener.follow(SHARED_QUERY, source)
+        listener.handle(_shared(PROGRESS, source, shared_ms=shared_ms))
+        table = read_results(results / "rows")
+        assert table is not None
+        [runs[shared_ms]] = table.to_pylist()
+    short, long = runs[950], runs[10_000]
+    assert (short["next_x_left"], short["next_x_right"]) == (pytest.approx(0.9), 0.0)
+    assert (long["next_x_left"], long["next_x_right"]) == (1.0, 1.0)
+    assert short["utilisation"] == pytest.approx(long["utilisation"] * 10)
