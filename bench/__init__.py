@@ -17,6 +17,7 @@ __all__ = [
     "join",
     "parse",
     "pipeline",
+    "soak",
     "spark_baseline",
     "topk",
 ]

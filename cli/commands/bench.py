@@ -19,6 +19,7 @@ from cli.main import LazyGroup
         "pipeline": "cli.commands.bench_pipeline:command",
         "calibrate": "cli.commands.bench_calibrate:command",
         "dashboard": "cli.commands.bench_dashboard:command",
+        "soak": "cli.commands.bench_soak:command",
     },
 )
 def command() -> None:
