@@ -379,7 +379,12 @@ def read_range(
 
 
 def newest(
-    directory: Path, column: str, *, compacted_by: str | None = None, footers: Footers | None = None
+    directory: Path,
+    column: str,
+    *,
+    compacted_by: str | None = None,
+    footers: Footers | None = None,
+    disorder_s: float = 0.0,
 ) -> dt.datetime | None:
     """The newest ``column`` of a result directory's committed rows (None: no row has one).
 
@@ -387,7 +392,9 @@ def newest(
     times rise with their ids, and retention never compacts a sink's newest batches); without
     one, its compacted hours (the newest manifest's ``max_us``, or for hours of another column,
     ``compacted_by``, their files' statistics); and for Spark's file sink every logged file's
-    statistics (cached: a redraw opens the new files' footers only).
+    statistics (cached: a redraw opens the new files' footers only). ``disorder_s``: how far the
+    sink's batches may be out of time order (:func:`batch_disorder_s`; the walk back then goes on
+    until no earlier batch can hold a newer row, ``netmon.results_range.newest_committed_us``).
     """
     footers = _FOOTERS if footers is None else footers
     by = column if compacted_by is None else compacted_by
@@ -398,7 +405,15 @@ def newest(
             bounds = _batch(sink, batch_id, column, footers).bounds
             return None if bounds is None else bounds[1]
 
-        candidates: list[int | None] = [newest_committed_us(sink, newest_in_batch)]
+        def oldest_in_batch(batch_id: int, sink: Path = sink) -> int | None:
+            bounds = _batch(sink, batch_id, column, footers).bounds
+            return None if bounds is None else bounds[0]
+
+        candidates: list[int | None] = [
+            newest_committed_us(
+                sink, newest_in_batch, oldest=oldest_in_batch, disorder_us=round(disorder_s * 1_000_000)
+            )
+        ]
         if candidates[0] is None and by == column:
             candidates.append(newest_compacted_us(sink))
         elif candidates[0] is None:

@@ -74,7 +74,10 @@ def newest(data_dir: str, kind: str) -> dt.datetime | None:
     a relative time range ends; None without rows."""
     cfg = config().replace(paths={"data_dir": Path(data_dir)})
     return bounded.newest(
-        results_dir(cfg, kind), bounded.TIME_COLUMNS[kind], compacted_by=bounded.COMPACTION_COLUMNS[kind]
+        results_dir(cfg, kind),
+        bounded.TIME_COLUMNS[kind],
+        compacted_by=bounded.COMPACTION_COLUMNS[kind],
+        disorder_s=bounded.batch_disorder_s(cfg, kind),
     )
 
 

@@ -408,17 +408,39 @@ def read_rows(
 
 
 def newest_committed_us(
-    sink: Path, newest: Callable[[int], int | None], *, tried: int | None = None
+    sink: Path,
+    newest: Callable[[int], int | None],
+    *,
+    tried: int | None = None,
+    oldest: Callable[[int], int | None] | None = None,
+    disorder_us: int = 0,
 ) -> int | None:
     """The newest time of ``sink``'s committed rows: ``newest(batch_id)`` of its newest batch that
     has one (walking back from the newest commit; at most ``tried`` of them). The batches' times
-    rise with their ids, and retention never compacts a sink's newest batches."""
+    rise with their ids, and retention never compacts a sink's newest batches.
+
+    With ``disorder_us`` (a sink whose batches may hold rows older than an earlier batch's newest
+    by up to that much: the joins, :func:`read_sink`) and ``oldest(batch_id)``, the walk goes on
+    past the newest batch with rows: an earlier batch's newest row is at most the oldest row of
+    every later batch plus ``disorder_us``, so once the newest found reaches the smallest oldest
+    row seen plus ``disorder_us`` no earlier batch can hold a newer one.
+    """
     ids = commit_ids(sink)
+    best: int | None = None
+    floor: int | None = None  # the oldest row of the batches walked
     for batch_id in reversed(ids if tried is None else ids[-tried:]):
         found = newest(batch_id)
-        if found is not None:
+        if found is None:
+            continue
+        if not disorder_us or oldest is None:
             return found
-    return None
+        best = found if best is None else max(best, found)
+        low = oldest(batch_id)
+        if low is not None:
+            floor = low if floor is None else min(floor, low)
+        if floor is not None and best >= floor + disorder_us:
+            return best
+    return best
 
 
 def newest_compacted_us(sink: Path) -> int | None:

@@ -570,3 +570,36 @@ def test_joins_out_of_order_within_their_disorder_read_exactly_their_range(
         got = Counter() if frame is None else Counter(zip(*(frame[c] for c in names), strict=True))
         want = _oracle(rows, column, start, end)
         assert got == Counter(tuple(dict(k)[c] for c in names) for k in want.elements()), (start, end)
+
+
+def test_the_newest_joins_row_is_found_past_batches_of_old_unanswered_syns(
+    joins_history: tuple[Config, list[JoinBatch]], tmp_path: Path
+) -> None:
+    """Where a relative range ends: the newest ``left_ts`` of all committed rows (the oracle:
+    every row read), even when the newest batches hold only older unanswered SYNs. Without the
+    disorder the walk stops at the newest batch with rows and ends the range early."""
+    syn, eth = JOIN_QUERIES
+    sink = tmp_path / "joins"
+    cfg = Config().replace(queries={"join": JOIN_QUERIES})
+    disorder_s = bounded.batch_disorder_s(cfg, "joins")
+    top = T0 + 100 * S
+    _commit(sink, 0, pa.Table.from_pylist([_join_row(eth, "match", "a", top, top)], schema=JOINS_SCHEMA), top)
+    # two later batches: only SYNs that expired, older than the match by up to the disorder
+    for b, back_s in ((1, 6.0), (2, 9.0)):
+        old = [_join_row(syn, "unmatched", f"s{b}", top - back_s * S, None)]
+        _commit(sink, b, pa.Table.from_pylist(old, schema=JOINS_SCHEMA), top + b * S)
+    everything = read_results(sink)
+    assert everything is not None
+    oracle = max(everything["left_ts"].to_pylist())
+    assert oracle == top
+    assert bounded.newest(sink, "left_ts", footers=bounded.Footers(), disorder_s=disorder_s) == oracle
+    assert bounded.newest(sink, "left_ts", footers=bounded.Footers()) == top - 9 * S  # early
+    # and over the long history: the newest of every row
+    cfg, _ = joins_history
+    directory = results_dir(cfg, "joins")
+    rows = read_results(directory)
+    assert rows is not None
+    found = bounded.newest(
+        directory, "left_ts", footers=bounded.Footers(), disorder_s=bounded.batch_disorder_s(cfg, "joins")
+    )
+    assert found == max(rows["left_ts"].to_pylist())
