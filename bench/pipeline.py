@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bench_pipeline", "format_report"]
+__all__ = ["bench_pipeline", "format_report", "status_bytes"]
 
 
 def _lag(cfg: Any, query: Any) -> int | None:
@@ -93,17 +93,25 @@ def _latencies(cfg: Any, since: float) -> list[tuple[float, float]]:
     return out
 
 
-def _jvm_rss_mb(spark: Any) -> float | None:
-    """The driver JVM's resident memory (Linux), when PySpark started it as a child process."""
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+def status_bytes(pid: int | None, field: str = "VmRSS") -> int | None:
+    """A ``kB`` field of ``/proc/<pid>/status`` in bytes (Linux); None without the process."""
+    if pid is None:
+        return None
     try:
-        text = Path(f"/proc/{proc.pid}/status").read_text() if proc else ""
+        text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
     for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
     return None
+
+
+def _jvm_rss_mb(spark: Any) -> float | None:
+    """The driver JVM's resident memory (Linux), when PySpark started it as a child process."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    rss = status_bytes(proc.pid if proc else None)
+    return None if rss is None else rss / 1024**2
 
 
 def _shares(seconds: dict[str, float]) -> dict[str, float]:

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.pipeline import _SPAWN, _lag, _lag_growth, _produce
+from bench.pipeline import _SPAWN, _lag, _lag_growth, _produce, status_bytes
 
 __all__ = [
     "FLOORS",
@@ -146,20 +146,6 @@ def disk_bytes(path: Path) -> int:
     return total
 
 
-def _status_bytes(pid: int | None, field: str = "VmRSS") -> int | None:
-    """A ``kB`` field of ``/proc/<pid>/status`` in bytes; None without the process."""
-    if pid is None:
-        return None
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def _fds(pid: int | None) -> int | None:
     if pid is None:
         return None
@@ -248,10 +234,10 @@ def take_sample(where: _Where, elapsed_s: float, lag: int | None) -> dict[str, A
         sample["spark local dirs"] = sum(disk_bytes(d) for d in where.spark_dirs)
     workers = _descendants(where.jvm_pid) if where.jvm_pid is not None else []
     sample |= {
-        "rss driver": _status_bytes(os.getpid()),
-        "rss spark jvm": _status_bytes(where.jvm_pid),
-        "rss spark workers": sum(_status_bytes(p) or 0 for p in workers) if workers else None,
-        "rss broker": _status_bytes(where.broker_pid),
+        "rss driver": status_bytes(os.getpid()),
+        "rss spark jvm": status_bytes(where.jvm_pid),
+        "rss spark workers": sum(status_bytes(p) or 0 for p in workers) if workers else None,
+        "rss broker": status_bytes(where.broker_pid),
         "fds driver": _fds(os.getpid()),
         "fds spark jvm": _fds(where.jvm_pid),
         "lag": lag,

@@ -16,7 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BatchState"]
+import pyarrow as pa
+
+__all__ = ["BatchState", "read_arrow", "write_arrow"]
 
 
 class BatchState:
@@ -52,3 +54,22 @@ class BatchState:
         for v in versions:
             if v not in keep:
                 (self.directory / f"batch-{v:06d}.json").unlink(missing_ok=True)
+
+
+def write_arrow(table: pa.Table, path: Path) -> None:
+    """A batch function's table as an Arrow IPC file, whole: tmp, fsync, rename. The state version
+    naming it is saved after it (:meth:`BatchState.save`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        with pa.ipc.new_file(fh, table.schema) as writer:
+            writer.write_table(table)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def read_arrow(path: Path) -> pa.Table:
+    """A table :func:`write_arrow` wrote."""
+    with pa.OSFile(str(path), "rb") as source:
+        return pa.ipc.open_file(source).read_all()

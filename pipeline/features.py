@@ -55,7 +55,7 @@ from analytics.alert_features import (
 from netmon.config import Config
 from netmon.records import ARROW_SCHEMA
 from pipeline.batch_sink import write_table
-from pipeline.batch_state import BatchState
+from pipeline.batch_state import BatchState, read_arrow, write_arrow
 from pipeline.partials import CountSpec, RowsSpec, rows_of
 
 __all__ = [
@@ -223,8 +223,8 @@ class SlidingFeatures:
             control = control.filter(pc.greater_equal(control["ts"], first_open * self.window_us))
         write_table(rows, self.results, batch_id)
         buffer = f"{batch_id:06d}"
-        _write_arrow(pairs, self.store / f"pairs-{buffer}.arrow")
-        _write_arrow(control, self.store / f"control-{buffer}.arrow")
+        write_arrow(pairs, self.store / f"pairs-{buffer}.arrow")
+        write_arrow(control, self.store / f"control-{buffer}.arrow")
         self._held = (buffer, pairs, control)
         self.state.save(batch_id, {"watermark_ms": watermark_ms, "newest_us": newest, "buffer": buffer})
         self._drop_buffers(keep={buffer, before["buffer"]})
@@ -263,8 +263,9 @@ class SlidingFeatures:
             return _PAIRS.empty_table(), _CONTROL.empty_table()
         if self._held is not None and self._held[0] == buffer:
             return self._held[1], self._held[2]
-        return _read_arrow(self.store / f"pairs-{buffer}.arrow", _PAIRS), _read_arrow(
-            self.store / f"control-{buffer}.arrow", _CONTROL
+        return (
+            read_arrow(self.store / f"pairs-{buffer}.arrow").cast(_PAIRS),
+            read_arrow(self.store / f"control-{buffer}.arrow").cast(_CONTROL),
         )
 
     def _drop_buffers(self, keep: set[str | None]) -> None:
@@ -295,20 +296,6 @@ def _control_frame(control: pa.Table) -> dict[str, pa.ChunkedArray]:
 def _rows(found: list[dict[str, Any]]) -> pa.Table:
     """Feature rows (window bounds in µs) as ``OUTPUT_SCHEMA``."""
     return pa.Table.from_pylist(found, schema=OUTPUT_SCHEMA)
-
-
-def _write_arrow(table: pa.Table, path: Path) -> None:
-    """An Arrow IPC file, whole (tmp + rename); the state version naming it is saved after it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    tmp.replace(path)
-
-
-def _read_arrow(path: Path, schema: pa.Schema) -> pa.Table:
-    with pa.OSFile(str(path), "rb") as source:
-        return pa.ipc.open_file(source).read_all().cast(schema)
 
 
 def build_features_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingFeatures:

@@ -40,7 +40,6 @@ observed metrics.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -57,7 +56,7 @@ from analytics.join import BatchStats
 from analytics.keys import parse_key
 from netmon.config import Config, JoinQuery, check_unique_names
 from pipeline.batch_sink import write_table
-from pipeline.batch_state import BatchState
+from pipeline.batch_state import BatchState, read_arrow, write_arrow
 from pipeline.join_state import PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinBucket, JoinSpec
 from pipeline.joins import RESULT_COLUMNS, _side_masks, control_file, join_specs, stage_rows
 from pipeline.partials import RowsSpec, rows_of
@@ -257,12 +256,12 @@ class SharedJoins:
             return {}, None
         if self._held is not None and self._held[0] == version:
             return self._held[1], self._held[2]
-        table = _read_arrow(self._state_path(version))
+        table = read_arrow(self._state_path(version))
         joins = {}
         for name, blob in zip(table["query"].to_pylist(), table["state"].to_pylist(), strict=True):
             if name in self.join_specs:  # a query removed from the config: its state goes
                 joins[name] = JoinBucket.from_bytes(blob, self.join_specs[name], 0)
-        waiting = _read_arrow(self._waiting_path(version)) if self._waits(version) else None
+        waiting = read_arrow(self._waiting_path(version)) if self._waits(version) else None
         if waiting is not None:
             waiting = waiting.filter(pc.is_in(waiting["query"], pa.array(list(self.join_specs), pa.string())))
         return joins, waiting
@@ -283,7 +282,7 @@ class SharedJoins:
         """Every query's join and the tuples waiting, whole (tmp + fsync + rename each); the
         version naming them is saved after."""
         if waiting.num_rows:
-            _write_arrow(waiting, self._waiting_path(version))
+            write_arrow(waiting, self._waiting_path(version))
         table = pa.table(
             {
                 "query": list(joins),
@@ -291,7 +290,7 @@ class SharedJoins:
             },
             schema=_STATE,
         )
-        _write_arrow(table, self._state_path(version))
+        write_arrow(table, self._state_path(version))
 
     def _drop_states(self, keep: set[int | None]) -> None:
         for path in [*self.store.glob("state-*.arrow"), *self.store.glob("waiting-*.arrow")]:
@@ -303,23 +302,6 @@ def _concat(tables: list[pa.Table | None]) -> pa.Table:
     """The staged tables with rows, one after the other (an empty one without any)."""
     full = [t for t in tables if t is not None and t.num_rows]
     return pa.concat_tables(full) if full else pa.table({"query": pa.array([], pa.string())})
-
-
-def _write_arrow(table: pa.Table, path: Path) -> None:
-    """An Arrow IPC file, whole: tmp, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        with pa.ipc.new_file(fh, table.schema) as writer:
-            writer.write_table(table)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-
-
-def _read_arrow(path: Path) -> pa.Table:
-    with pa.OSFile(str(path), "rb") as source:
-        return pa.ipc.open_file(source).read_all()
 
 
 def _observed(
