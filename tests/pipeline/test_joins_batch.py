@@ -45,10 +45,13 @@ def _batches(n: int) -> list[pa.Table]:
     return [rows.slice(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
-def _kind(tmp: Path) -> SharedJoins:
-    return SharedJoins(
+def _kind(tmp: Path, snapshot_every: int | None = None) -> SharedJoins:
+    kind = SharedJoins(
         QUERIES, join_specs(QUERIES, SHED, lateness_s=5.0), tmp / "results", tmp / "checkpoint", control=None
     )
+    if snapshot_every is not None:
+        kind.snapshot_every = snapshot_every
+    return kind
 
 
 def _run(kind: SharedJoins, batches: list[pa.Table], first_id: int = 0) -> None:
@@ -110,23 +113,30 @@ def test_unshed_rows_equal_the_offline_join_whatever_the_batches(straight: Path,
         assert _rows(tmp_path / "results", q.name) == _rows(straight / "results", q.name)
 
 
-def test_a_restart_and_a_rerun_give_the_rows_of_a_straight_run(straight: Path, tmp_path: Path) -> None:
-    """A new process (nothing held in memory) goes on from the saved state; a batch run again
-    (same id, same input) after a crash rewrites the same rows — PNI's random choices included."""
+@pytest.mark.parametrize("every", [1, 2, 3, 10])
+def test_a_restart_and_a_rerun_give_the_rows_of_a_straight_run(
+    straight: Path, tmp_path: Path, every: int
+) -> None:
+    """A new process (nothing held in memory) goes on from the saved state — a snapshot and the
+    batches since, replayed — and a batch run again (same id, same input) after a crash rewrites
+    the same rows, PNI's random choices included; with a snapshot every ``every`` batches, so the
+    restarts fall on a snapshot, between snapshots, and before the first."""
     batches = _batches(12)
-    _run(_kind(tmp_path), batches[:5])
-    _run(_kind(tmp_path), batches[4:7], first_id=4)  # restart; batch 4 runs again
-    kind = _kind(tmp_path)
+    _run(_kind(tmp_path, every), batches[:5])
+    _run(_kind(tmp_path, every), batches[4:7], first_id=4)  # restart; batch 4 runs again
+    kind = _kind(tmp_path, every)
     _run(kind, batches[7:], first_id=7)
     _run(kind, batches[11:], first_id=11)  # the last batch again, in the same process
+    _run(_kind(tmp_path, every), batches[11:], first_id=11)  # and once more after a restart
     for q in QUERIES:
         for row in ("match", "unmatched"):
             got, expected = _rows(tmp_path / "results", q.name, row), _rows(straight / "results", q.name, row)
             assert got == expected, (q, row)
     shed, full = _rows(straight / "results", PNI.name), _rows(straight / "results", LINK.name)
     assert 0 < sum(shed.values()) < sum(full.values()) and not shed - full
-    # the state of two versions at most is kept on disk
+    # two snapshots at most are kept on disk, and the deltas since the older one
     assert len(list((tmp_path / "checkpoint").glob("state-*.arrow"))) <= 2
+    assert len(list((tmp_path / "checkpoint").glob("delta-*.arrow"))) < every
 
 
 def test_unanswered_syns_are_reported_and_the_statistics_kept(straight: Path) -> None:
@@ -221,9 +231,9 @@ def test_a_partition_ahead_of_another_loses_no_pair(straight: Path, tmp_path: Pa
         kind.apply(partials_of(batch, kind.specs), max_us, i)
     for q in QUERIES[:2]:
         assert _rows(tmp_path / "results", q.name) == _rows(straight / "results", q.name), q.name
-    # a restart in the middle keeps the tuples that wait
+    # a restart in the middle keeps the tuples that wait (a snapshot every batch: their file)
     again = tmp_path / "again"
-    first = _kind(again)
+    first = _kind(again, snapshot_every=1)
     for i, (batch, max_us) in enumerate(batches[: len(batches) // 2]):
         first.apply(partials_of(batch, first.specs), max_us, i)
     assert list(again.glob("checkpoint/waiting-*.arrow")), "no tuple waited at the restart point"
