@@ -57,6 +57,8 @@ Report = dict[str, Any]
 Items = tuple[tuple[str, int], ...]
 #: A report as ``add_subwindow_top`` gives it: the closing sub-window's index, delta, the items.
 TopRow = tuple[int, int, list[tuple[str, int]]]
+#: ``TopRow`` and the span the report's window holds (``N`` unless it grows after a resize).
+HeldRow = tuple[int, int, list[tuple[str, int]], int]
 _T = TypeVar("_T")
 
 _NS_PER_S = 1_000_000_000
@@ -174,6 +176,9 @@ class _SubWindowed(Base):
         if self._N % self._b:
             raise ValueError(f"N: must be a multiple of b (N={N!r}, b={b!r})")
         self._n_sub = self._N // self._b
+        # The fewest sub-windows a reported window holds: N/b, until a window change (resize)
+        # grows the window, whose reports then span what is held, growing to the new N/b.
+        self._n_report = self._n_sub
         self._indexes: deque[int] = deque()  # indexes of the sub-windows in the window, oldest first
         # Which of them hold data (a nonzero count), and how many do: a time-based window holding
         # none is not reported, and a gap of empty sub-windows is crossed in O(N/b) steps.
@@ -261,6 +266,40 @@ class _SubWindowed(Base):
         self._close(self._open)
         return self
 
+    def resize(self, N: int | timedelta) -> Self:
+        """Change the window to ``N`` (a multiple of ``b``) from the next closing sub-window on.
+
+        Seed 004's window knob (Cammert et al., §4.2–4.3), changed at run time at an instant ``t``,
+        the end of the last sub-window closed. A shorter window is in force at once: the oldest
+        top-k lists beyond the new ``N/b`` expire now (the state shrinks at ``t``; the seed's
+        join keeps its tuples until ``t + min(w, w')`` because each was inserted with its
+        window's validity, but a window of sub-window summaries can drop them at once). A
+        longer window grows as new sub-windows close: the reports go on, each spanning what is
+        held, until it holds the new ``N/b`` at ``t + (N' − N)``, the seed's adaptation delay
+        (``t + max(w, w')`` counted from when the old window began). :attr:`window_held_units`
+        says what a report spans; the reports' framing is unchanged.
+
+        >>> topk = SubWindowTopK(N=4, b=2, k=2)
+        >>> topk.update_many(["a", "a"]).slide().update_many(["b", "b"]).slide().report()["items"]
+        [{'key': 'a', 'count': 2}, {'key': 'b', 'count': 2}]
+        >>> topk.resize(2).report()["items"], topk.window_held_units
+        ([{'key': 'b', 'count': 2}], 2)
+        >>> _ = topk.resize(6).update_many(["b", "c"]).slide()
+        >>> topk.report()["items"], topk.window_held_units  # 4 of the 6 records: growing
+        ([{'key': 'b', 'count': 3}], 4)
+        """
+        units = _to_units("N", N, self.time_based)
+        if units % self._b:
+            raise ValueError(f"N: must be a multiple of b (N={N!r}, b={self.b!r})")
+        n_sub = units // self._b
+        while len(self._indexes) > n_sub:
+            self._indexes.popleft()
+            self._n_filled -= self._filled.popleft()
+            self._pop()
+        self.N, self._N, self._n_sub = N, units, n_sub
+        self._n_report = min(self._n_report, n_sub)
+        return self
+
     def seek(self, index: int, *, report: bool = True) -> list[Report]:
         """Time-based: make sub-window ``index`` (``ts_ns // b``) the open one (a batch form).
 
@@ -312,6 +351,12 @@ class _SubWindowed(Base):
         per report than the algorithm when the slide is short (a day of one-second slides).
         """
         return self._add_subwindow(counts, index, self._top_row)
+
+    def add_subwindow_held(self, counts: Mapping[str, int], index: int | None = None) -> list[HeldRow]:
+        """``add_subwindow_top`` with the span each report covers, ``(index, delta, top(), held)``:
+        ``held`` is ``N`` except while a window grows after :meth:`resize` (the streaming merge
+        writes it with every row)."""
+        return self._add_subwindow(counts, index, self._held_row)
 
     def _add_subwindow(
         self, counts: Mapping[str, int], index: int | None, make: Callable[[int], _T] | None
@@ -389,13 +434,16 @@ class _SubWindowed(Base):
             self._pop()
         # Time-based, a window without data is not reported (as distinct counts and Spark's own
         # windows do); count-based windows always hold b·N/b records.
-        return len(self._indexes) == self._n_sub and (self._n_filled > 0 or not self.time_based)
+        return len(self._indexes) >= self._n_report and (self._n_filled > 0 or not self.time_based)
 
     def _indexed_frame(self, index: int) -> tuple[int, Report]:
         return index, self._frame(index)
 
     def _top_row(self, index: int) -> TopRow:
         return index, self._delta(), self._items()
+
+    def _held_row(self, index: int) -> HeldRow:
+        return index, self._delta(), self._items(), len(self._indexes) * self._b
 
     def _frame(self, index: int) -> Report:
         end: int | str = (index + 1) * self._b if not self.time_based else format_end((index + 1) * self._b)
@@ -408,6 +456,12 @@ class _SubWindowed(Base):
     def window_units(self) -> int:
         """``N`` as an integer: records (count-based) or nanoseconds (time-based)."""
         return self._N
+
+    @property
+    def window_held_units(self) -> int:
+        """What the window holds now, in ``N``'s unit: ``N`` once full, less while it fills (at the
+        start, and while it grows after :meth:`resize`)."""
+        return len(self._indexes) * self._b
 
     @property
     def sub_window_units(self) -> int:
@@ -434,7 +488,7 @@ class _SubWindowed(Base):
         None while the window holds fewer than ``N/b`` closed sub-windows, and (time-based) when
         none of them holds data.
         """
-        if len(self._indexes) != self._n_sub or (self.time_based and not self._n_filled):
+        if len(self._indexes) < self._n_report or (self.time_based and not self._n_filled):
             return None
         return self._frame(self._indexes[-1])
 
@@ -614,11 +668,14 @@ class SubWindowTopK(_SubWindowed):
         ``I`` k, ``B`` has-index, ``q`` open index, ``I`` number of lists; per list ``q`` k-th count,
         ``I`` items, per item ``I`` UTF-8 length, the key, ``q`` count; then the open sub-window the
         same way (``q`` records, ``I`` items, items). Global counters and delta are rebuilt.
+        Version 2, written only while a window grows after :meth:`resize`, ends with ``I`` the
+        fewest sub-windows a report holds (version 1: ``N/b``).
         """
+        growing = self._n_report != self._n_sub
         out = [
             struct.pack(
                 "<BBqqIBqI",
-                self._VERSION,
+                2 if growing else self._VERSION,
                 self.time_based,
                 self._N,
                 self._b,
@@ -633,6 +690,8 @@ class SubWindowTopK(_SubWindowed):
             out.extend(_pack_items(items))
         out.append(struct.pack("<qI", self._open_records, len(self._open)))
         out.extend(_pack_items(tuple(self._open.items())))
+        if growing:
+            out.append(struct.pack("<I", self._n_report))
         return b"".join(out)
 
     @classmethod
@@ -641,7 +700,7 @@ class SubWindowTopK(_SubWindowed):
         view = memoryview(data)
         head = struct.Struct("<BBqqIBqI")
         version, time_based, n, b, k, has_index, index, n_lists = head.unpack_from(view, 0)
-        if version != cls._VERSION:
+        if version not in (cls._VERSION, 2):
             raise ValueError(f"data: unsupported SubWindowTopK state version {version}")
         pos = head.size
         self = cls(n, b, k, time_based=bool(time_based))
@@ -652,6 +711,9 @@ class SubWindowTopK(_SubWindowed):
             lists.append((items, kth))
         open_records, count = struct.unpack_from("<qI", view, pos)
         open_items, pos = _unpack_items(view, pos + 12, count)
+        if version == 2:
+            (self._n_report,) = struct.unpack_from("<I", view, pos)
+            pos += 4
         if pos != len(data):
             raise ValueError(f"data: {len(data) - pos} trailing bytes after the SubWindowTopK state")
         first = (index if has_index else 0) - n_lists

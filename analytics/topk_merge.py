@@ -34,11 +34,14 @@ class TopKMerge:
     of all its counts) and returns the output rows of the reports it makes — including those of
     empty sub-windows skipped before ``index``.
 
+    Each row ends with the span its window holds (``N``, less while a window grows after
+    :meth:`resize`): ``(window_end_ns, delta, rank, key, count, total, window_ns)``.
+
     >>> merge = TopKMerge(QueryParams(N=2_000, b=1_000, k=2))
     >>> merge.add_subwindow({"a": 3, "b": 1}, 5, 4)
     []
     >>> merge.add_subwindow({"a": 2, "c": 2}, 7, 5)  # sub-window 6 was empty: two reports
-    [(7000, 1, 1, 'a', 3, 4), (8000, 2, 0, None, None, 5)]
+    [(7000, 1, 1, 'a', 3, 4, 2000), (8000, 2, 0, None, None, 5, 2000)]
     """
 
     _VERSION = 1
@@ -54,10 +57,20 @@ class TopKMerge:
     def algorithm(self) -> SubWindowTopK:
         return self._topk
 
+    def resize(self, N: int) -> None:
+        """Change the window to ``N`` ns from the next closing sub-window on
+        (``SubWindowTopK.resize``); the window total drops the totals that leave it."""
+        self._topk.resize(N)
+        self.params = self.params._replace(N=int(N))
+        self._n_sub = self.params.N // self.params.b
+        totals = self._totals
+        while len(totals) > self._n_sub:
+            self._window_total -= totals.popleft()[1]
+
     def add_subwindow(self, counts: Mapping[str, int], index: int, total: int) -> list[tuple[Any, ...]]:
         """Merge sub-window ``index``; rows ``(window_end_ns, delta, rank, key, count, total)``."""
         # Unframed reports (closing index, delta, items): the rows need neither dicts nor ISO text.
-        reports = self._topk.add_subwindow_top(counts, index)
+        reports = self._topk.add_subwindow_held(counts, index)
         totals = self._totals
         total = int(total)
         b, n_sub = self.params.b, self._n_sub
@@ -66,7 +79,7 @@ class TopKMerge:
         # Each report with the sub-window whose closing made it (windows without data make none);
         # closings ascend, so the window total moves forward: add sub-window `index`'s total when
         # its own window is reported (the last one), drop those that left each window.
-        for closing, delta, items in reports:
+        for closing, delta, items, held in reports:
             if closing >= index and not added:
                 totals.append((index, total))
                 self._window_total += total
@@ -76,9 +89,9 @@ class TopKMerge:
             end_ns = (closing + 1) * b
             window_total = self._window_total
             if not items:
-                rows.append((end_ns, delta, 0, None, None, window_total))
+                rows.append((end_ns, delta, 0, None, None, window_total, held))
             for rank, (key, count) in enumerate(items, 1):
-                rows.append((end_ns, delta, rank, key, count, window_total))
+                rows.append((end_ns, delta, rank, key, count, window_total, held))
         if not added:
             totals.append((index, total))
             self._window_total += total
@@ -103,18 +116,22 @@ class TopKMerge:
 
     @classmethod
     def from_bytes(cls, data: bytes, params: QueryParams) -> TopKMerge:
-        """Rebuild; ``params`` must be those the state was made with (else a fresh checkpoint is needed)."""
+        """Rebuild; ``params``' sub-window and k must be those the state was made with (else a
+        fresh checkpoint is needed). The window comes back as saved, which a window change
+        (:meth:`resize`) may have made other than ``params.N``: the caller resizes to the one it
+        wants in force."""
         version, size = struct.unpack_from("<BI", data, 0)
         if version != cls._VERSION:
             raise ValueError(f"data: unsupported TopKMerge state version {version}")
         topk = SubWindowTopK.from_bytes(data[5 : 5 + size])
         saved = QueryParams(topk.window_units, topk.sub_window_units, topk.k)
-        if saved != params:
+        if (saved.b, saved.k) != (params.b, params.k):
             raise ValueError(
                 f"the checkpoint's top-k state has window {saved} but the query asks for {params}: "
-                "delete the top-k checkpoint (and results) to change a query's window, sub-window or k"
+                "delete the top-k checkpoint (and results) to change a query's sub-window or k "
+                "(its window changes at run time: netmon tune --window)"
             )
-        merge = cls(params, topk)
+        merge = cls(saved, topk)
         (n,) = struct.unpack_from("<I", data, 5 + size)
         for j in range(n):
             i, t = struct.unpack_from("<qq", data, 9 + size + 16 * j)

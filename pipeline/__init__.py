@@ -11,7 +11,8 @@ listener. ``batch_state`` keeps a batch kind's state
 per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the first top-k version's
 stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
 (``result_json`` writes their rows as JSON, a column at a time); ``resource_manager`` chooses
-the drop boxes before the top-k queries each batch under overload (``[resources] manage``).
+the drop boxes before the top-k queries each batch under overload (``[resources] manage``);
+``window_knobs`` the top-k windows each batch applies (``netmon tune --window``).
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
 
@@ -40,4 +41,5 @@ __all__ = [
     "topk",
     "topk_state",
     "traffic",
+    "window_knobs",
 ]

@@ -55,6 +55,7 @@ from pipeline.batch_sink import write_table
 from pipeline.batch_state import BatchState
 from pipeline.partials import CountSpec
 from pipeline.topk_state import OUTPUT_SCHEMA, TopKMergeProcessor
+from pipeline.window_knobs import WindowKnobs, window_file
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -96,6 +97,9 @@ RESULT_SCHEMA = pa.schema(
         ("keep", pa.float64()),
         ("count_low", pa.int64()),
         ("count_high", pa.int64()),
+        # The span the window held (issue 18 item 4): window_s, except after a window change at
+        # run time while a longer window fills (pipeline.window_knobs); null in older rows
+        ("window_s", pa.float64()),
     ]
 )
 
@@ -219,9 +223,17 @@ class SlidingTopK:
     """
 
     def __init__(
-        self, queries: tuple[TopKQuery, ...], results: Path, checkpoint: Path, *, watermark_ms: int
+        self,
+        queries: tuple[TopKQuery, ...],
+        results: Path,
+        checkpoint: Path,
+        *,
+        watermark_ms: int,
+        windows: Path | None = None,
     ) -> None:
         self.queries = tuple(queries)
+        #: each batch's windows: the configured ones, or those ``netmon tune --window`` asks for
+        self.knobs = WindowKnobs(self.queries, windows, Path(checkpoint) / "windows")
         self.params = {q.name: query_params(q) for q in self.queries}
         self.results = Path(results)
         self.store = Path(checkpoint)
@@ -259,6 +271,7 @@ class SlidingTopK:
 
     def apply(self, counts: pa.Table, max_us: int | None, batch_id: int) -> None:
         """Merge the batch's counts (``pipeline.partials``); report every sub-window that closes."""
+        windows = self.knobs.decide(batch_id)  # saved before the batch: a rerun resizes alike
         before = self.state.load(batch_id) or {"watermark_ms": None, "merges": {}, "open": None}
         wm_before = before["watermark_ms"]
         watermark_ms = wm_before
@@ -305,6 +318,21 @@ class SlidingTopK:
             )
             for q in self.queries
         }
+        for name, merge in merges.items():
+            if windows[name] != merge.params.N:
+                # Seed 004's window knob at the batch boundary: in force from the first
+                # sub-window this batch closes (a shorter window at once, a longer one filling).
+                log.info(
+                    "window change",
+                    extra={
+                        "query": name,
+                        "batch": batch_id,
+                        "from_s": merge.params.N / 1e9,
+                        "to_s": windows[name] / 1e9,
+                        "from_sub_window": merge.algorithm.index,
+                    },
+                )
+                merge.resize(windows[name])
         by_code = [(name.removeprefix(SPEC), merges[name.removeprefix(SPEC)]) for name in self._names]
         # All rows in one list, cut into columns at the end by itemgetter (C loops): a day of
         # one-second slides is millions of rows, and zip(*rows) per report or once cost more.
@@ -320,7 +348,7 @@ class SlidingTopK:
             for name, by_sw in keeps.items():
                 # A sub-window's fraction matters until the last window holding it is reported:
                 # windows up to the last closed sub-window are, the next ones start after it - N/b.
-                p = self.params[name]
+                p = merges[name].params  # the window in force (a growing one: its target)
                 last_closed = (watermark_ms * 1000 * _NS_PER_US) // p.b - 1
                 keeps[name] = [r for r in by_sw if r[1] > last_closed - p.N // p.b]
         out_columns = [list(map(itemgetter(i), rows)) for i in range(len(RESULT_SCHEMA.names) - 1)]
@@ -431,12 +459,12 @@ def _with_precision(
     made: list[tuple[Any, ...]], keeps: list[tuple[int, int, float]], params: QueryParams
 ) -> list[tuple[Any, ...]]:
     """Report rows with ``keep, count_low, count_high``: the window's smallest sub-window fraction
-    and the count's interval (``analytics.sampling.count_interval``; itself when exact)."""
-    n_sub = params.N // params.b
+    and the count's interval (``analytics.sampling.count_interval``; itself when exact). A row's
+    window is the span it held (its last element, ``TopKMerge``)."""
     out = []
     for row in made:
         closing = row[0] // params.b - 1
-        first = closing - n_sub + 1
+        first = closing - row[6] // params.b + 1
         x = min((r[2] for r in keeps if r[0] <= closing and r[1] >= first), default=1.0)
         count = row[4]
         if count is None:
@@ -450,13 +478,14 @@ def _with_precision(
 
 
 def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
-    """Query names and the ``(window_end_ns, delta, rank, key, count, total, keep, count_low,
-    count_high)`` columns: ``RESULT_SCHEMA``."""
+    """Query names and the ``(window_end_ns, delta, rank, key, count, total, window_ns, keep,
+    count_low, count_high)`` columns: ``RESULT_SCHEMA``."""
     ends_us = np.asarray(columns[0], np.int64) // _NS_PER_US
     n = len(names)
-    keep = columns[6] if len(columns) > 6 else [1.0] * n
-    low = columns[7] if len(columns) > 7 else columns[4]
-    high = columns[8] if len(columns) > 8 else columns[4]
+    window_s = np.asarray(columns[6], np.float64) / 1e9 if n else np.zeros(0)
+    keep = columns[7] if len(columns) > 7 else [1.0] * n
+    low = columns[8] if len(columns) > 8 else columns[4]
+    high = columns[9] if len(columns) > 9 else columns[4]
     return pa.table(
         [
             pa.array(names, pa.string()),
@@ -469,6 +498,7 @@ def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
             pa.array(keep, pa.float64()),
             pa.array(low, pa.int64()),
             pa.array(high, pa.int64()),
+            pa.array(window_s, pa.float64()),
         ],
         schema=RESULT_SCHEMA,
     )
@@ -477,5 +507,9 @@ def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
 def build_topk_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingTopK:
     """The top-k kind's function on the shared micro-batch."""
     return SlidingTopK(
-        cfg.queries.topk, results, checkpoint, watermark_ms=round(cfg.pipeline.watermark_s * 1000)
+        cfg.queries.topk,
+        results,
+        checkpoint,
+        watermark_ms=round(cfg.pipeline.watermark_s * 1000),
+        windows=window_file(cfg),
     )

@@ -78,7 +78,8 @@ class TopKMergeProcessor(StatefulProcessor):
 
 
 def _frame(query: str, rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    table = pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS[1:]))
+    columns = list(OUTPUT_COLUMNS[1:])
+    table = pd.DataFrame([row[: len(columns)] for row in rows], columns=columns)  # no window column
     return pd.DataFrame(
         {
             "query": query,

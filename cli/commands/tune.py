@@ -2,10 +2,13 @@
 
 The values go to the control file ``<data_dir>/control/resources.json``, replaced atomically; the
 running manager (``[resources] manage = true``, ``pipeline.resource_manager``) reads it at its
-next batch, so a change is in force within one trigger, without a restart. Without options it
-shows the knobs in force; ``--clear`` goes back to the configuration's ``[resources]``.
+next batch, so a change is in force within one trigger, without a restart. ``--window`` sets a
+top-k query's window (``<data_dir>/control/windows.json``, ``pipeline.window_knobs``), read by
+the running pipeline at its next batch whether or not the manager is on. Without options it shows
+the knobs in force; ``--clear`` goes back to the configuration.
 
     netmon tune --cpu-budget 0.5 --importance top-sources=4 --keep-min-of top-pairs=0.5
+    netmon tune --window top-sources=30
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ def _pairs(option: str, values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--keep-min", type=float, help="Lowest fraction any drop box may keep, in (0, 1].")
 @click.option("--importance", multiple=True, metavar="QUERY=W", help="A query's weight (default 1).")
 @click.option("--keep-min-of", multiple=True, metavar="QUERY=X", help="A query's own lowest fraction.")
+@click.option(
+    "--window",
+    multiple=True,
+    metavar="QUERY=SECONDS",
+    help="A top-k query's window from the next batch on (a multiple of its sub-window).",
+)
 @click.option("--clear", is_flag=True, help="Remove every override: back to the configuration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the knobs in force as JSON.")
 @pass_config
@@ -51,6 +60,7 @@ def command(
     keep_min: float | None,
     importance: tuple[str, ...],
     keep_min_of: tuple[str, ...],
+    window: tuple[str, ...],
     clear: bool,
     as_json: bool,
 ) -> None:
@@ -90,6 +100,7 @@ def command(
         res = in_force(cfg, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    windows = _windows(cfg, window, clear)
     changed = (
         clear or any(v is not None for v in (cpu_budget, reserve, keep_min)) or importance or keep_min_of
     )
@@ -99,15 +110,46 @@ def command(
         else:
             path.unlink(missing_ok=True)
     shown = {key: getattr(res, key) for key in TUNABLE}
+    in_use = {q.name: windows.get(q.name, q.window_s) for q in cfg.queries.topk}
     if as_json:
-        click.echo(
-            json.dumps({**shown, "overridden": sorted(overrides), "manage": res.manage}, sort_keys=True)
-        )
+        body = {**shown, "overridden": sorted(overrides), "manage": res.manage}
+        body.update(windows=in_use, windows_overridden=sorted(windows))
+        click.echo(json.dumps(body, sort_keys=True))
         return
     for key, value in shown.items():
         mark = " (overridden)" if key in overrides else ""
         click.echo(f"{key:<18} {value}{mark}")
-    if not res.manage:
+    for name, seconds in in_use.items():
+        mark = " (overridden)" if name in windows else ""
+        click.echo(f"{'window ' + name:<18} {seconds:g} s{mark}")
+    if not res.manage and not (window and not changed):  # the windows need no manager
         click.echo(
             "note: [resources] manage is false: no resource manager reads these until it is on", err=True
         )
+
+
+def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, float]:
+    """The top-k windows asked for, checked against their queries; written when changed."""
+    from pipeline.window_knobs import read_windows, window_file, write_windows
+
+    path = window_file(cfg)
+    try:
+        windows = {} if clear else read_windows(path)
+    except ConfigError as exc:
+        raise click.ClickException(f"{exc} (netmon tune --clear starts afresh)") from None
+    queries = {q.name: q for q in cfg.queries.topk}
+    for name, seconds in _pairs("--window", given).items():
+        q = queries.get(name)
+        if q is None:
+            known = ", ".join(sorted(queries)) or "none"
+            raise click.UsageError(f"--window: no top-k query {name!r} (top-k queries: {known})")
+        problem = q.window_problem(seconds)
+        if problem is not None:
+            raise click.UsageError(f"--window: {problem}")
+        windows[name] = seconds
+    if given or clear:
+        if windows:
+            write_windows(path, windows)
+        else:
+            path.unlink(missing_ok=True)
+    return windows

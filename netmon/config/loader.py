@@ -133,6 +133,8 @@ def _coerce(where: str, value: Any, hint: Any) -> Any:
             if len(set(names)) != len(names):
                 raise ConfigError(f"{where}: query names must be unique, got {names}")
             return items
+        if item is float and isinstance(value, list):  # TOML [30, 120]: integers are floats here
+            value = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
             raise ConfigError(f"{where}: expected an array of {item.__name__}s, got {value!r}")
         return tuple(value)

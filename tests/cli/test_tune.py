@@ -69,3 +69,36 @@ def test_it_says_when_no_manager_reads_the_knobs(tmp_path: Path) -> None:
     done = CliRunner().invoke(cli, ["--config", str(_config(tmp_path, manage=False)), "tune"])
     assert done.exit_code == 0
     assert "manage is false" in done.output
+
+
+def test_a_top_k_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
+    """``--window QUERY=SECONDS``: what the running pipeline's top-k kind reads at its next batch
+    (``pipeline.window_knobs``); refused with a one-line reason when the query cannot take it."""
+    from pipeline.window_knobs import read_windows, window_file
+
+    config = tmp_path / "netmon.toml"
+    config.write_text(
+        f'[paths]\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[queries.topk]]\nname = "src"\nwindow_s = 10\nsub_window_s = 2\nwindow_range_s = [4, 20]\n'
+        '[[queries.topk]]\nname = "dst"\nkey = "dst_ip"\n'
+    )
+    cfg = load_config(config)
+    done = _tune(config, "--window", "src=6")
+    assert done.exit_code == 0, done.output
+    assert "window src         6 s (overridden)" in done.output and "window dst         10 s\n" in done.output
+    assert "manage is false" not in done.output  # the windows need no resource manager
+    assert read_windows(window_file(cfg)) == {"src": 6.0}
+    done = _tune(config, "--window", "dst=30", "--json")
+    shown = json.loads(done.output)
+    assert shown["windows"] == {"src": 6.0, "dst": 30.0} and shown["windows_overridden"] == ["dst", "src"]
+    for args, message in (
+        (("--window", "src=5"), "window 5 s is not a multiple of sub_window_s = 2"),
+        (("--window", "src=24"), "window 24 s is outside window_range_s = [4, 20]"),
+        (("--window", "nosuch=4"), "--window: no top-k query 'nosuch' (top-k queries: dst, src)"),
+        (("--window", "src"), "--window: expected NAME=NUMBER, got 'src'"),
+    ):
+        done = _tune(config, *args)
+        assert done.exit_code != 0 and message in done.output, (args, done.output)
+    assert read_windows(window_file(cfg)) == {"src": 6.0, "dst": 30.0}  # refused: nothing changed
+    assert _tune(config, "--clear").exit_code == 0
+    assert not window_file(cfg).exists()

@@ -1,0 +1,116 @@
+"""Window sizes changed at run time (seed 004's window knob, issue 18 item 4).
+
+``netmon tune --window QUERY=SECONDS`` writes the windows wanted into a control file,
+``<data_dir>/control/windows.json`` (``{"top-sources": 30}``), replaced atomically. The running
+pipeline reads it at each micro-batch: a top-k query whose window differs is resized at the
+batch boundary (``analytics.topk.SubWindowTopK.resize``), without a restart. Each batch's windows
+are saved under its id *before* it runs (:class:`WindowKnobs`), so a batch that Spark runs again
+applies the same ones and writes the same rows, whatever the control file says by then.
+
+A file that cannot be read, a query that is not a top-k query, or a window its query cannot
+take (not a multiple of the sub-window, outside ``window_range_s``) is logged once and left out:
+a knob never stops the pipeline. Without an entry a query runs with its configured ``window_s``
+(so a window changed in the configuration takes effect at a restart the same way).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from netmon.config import Config, TopKQuery
+from netmon.config.checks import ConfigError
+from pipeline.batch_state import BatchState
+
+__all__ = ["WindowKnobs", "read_windows", "window_file", "write_windows"]
+
+log = logging.getLogger(__name__)
+
+_NS = 1_000_000_000
+
+
+def window_file(cfg: Config) -> Path:
+    """The control file of the windows wanted (``netmon tune --window`` writes it)."""
+    return Path(cfg.paths.data_dir) / "control" / "windows.json"
+
+
+def read_windows(path: Path) -> dict[str, float]:
+    """The windows wanted, query -> seconds; ``{}`` without a file. Raises ``ConfigError`` on a
+    file that is not a JSON object of numbers."""
+    try:
+        body = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a JSON object of windows ({exc})") from None
+    if not isinstance(body, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in body.values()
+    ):
+        raise ConfigError(f"{path}: expected a JSON object of query names to seconds, got {body!r}")
+    return {str(name): float(seconds) for name, seconds in body.items()}
+
+
+def write_windows(path: Path, windows: Mapping[str, float]) -> None:
+    """Replace the control file atomically (a reader sees the old or the new, never a part)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(dict(windows), indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+class WindowKnobs:
+    """Each batch's windows (ns per query), decided once and saved before the batch runs.
+
+    Parameters
+    ----------
+    queries
+        The top-k queries; each runs with its ``window_s`` unless the control file says otherwise.
+    control
+        The control file (:func:`window_file`); None: the configured windows only.
+    directory
+        Where the decisions are saved (``pipeline.batch_state``), beside the kind's checkpoint.
+    """
+
+    def __init__(self, queries: tuple[TopKQuery, ...], control: Path | None, directory: Path) -> None:
+        self.queries = {q.name: q for q in queries}
+        self.control = control
+        self.state = BatchState(Path(directory))
+        self._refused: set[tuple[str, Any]] = set()
+
+    def decide(self, batch_id: int) -> dict[str, int]:
+        """The window of every query in batch ``batch_id``, in ns (a rerun reads the saved ones)."""
+        mine = self.state.load(batch_id + 1)
+        if mine is not None and mine.get("batch_id") == batch_id:
+            return {name: int(ns) for name, ns in mine["windows"].items()}
+        windows = {name: round(q.window_s * _NS) for name, q in self.queries.items()}
+        for name, seconds in self._wanted().items():
+            q = self.queries.get(name)
+            problem = (
+                f"no top-k query {name!r} (top-k queries: {', '.join(sorted(self.queries))})"
+                if q is None
+                else q.window_problem(seconds)
+            )
+            if problem is not None:
+                self._refuse((name, seconds), f"{self.control}: {problem}; left out")
+                continue
+            assert q is not None
+            windows[name] = round(seconds * _NS)
+        self.state.save(batch_id, {"batch_id": batch_id, "windows": windows})
+        return windows
+
+    def _wanted(self) -> dict[str, float]:
+        if self.control is None:
+            return {}
+        try:
+            return read_windows(self.control)
+        except ConfigError as exc:
+            self._refuse(("file", str(exc)), f"{exc}; the configured windows stay")
+            return {}
+
+    def _refuse(self, what: tuple[str, Any], message: str) -> None:
+        if what not in self._refused:  # once per problem, not once per batch
+            self._refused.add(what)
+            log.warning(message)
