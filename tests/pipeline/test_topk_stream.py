@@ -241,3 +241,135 @@ def test_restart_from_checkpoint_resumes_exactly(spark, kafka_bootstrap, netmon_
     # No report lost or written twice (stream_reports folds rows per window end; duplicates
     # would break the rank check), and the reports straddling the restart are exact.
     assert stream_reports(cfg) == expected
+
+
+def _split_capture(path: Path, first: Path, second: Path) -> int:
+    """The classic pcap ``path`` cut in two at its middle packet; the first part's last time (µs)."""
+    import struct
+
+    data = path.read_bytes()
+    header, pos, records = data[:24], 24, []
+    while pos < len(data):
+        sec, usec, incl, _ = struct.unpack_from("<IIII", data, pos)
+        records.append((sec * 1_000_000 + usec, data[pos : pos + 16 + incl]))
+        pos += 16 + incl
+    half = len(records) // 2
+    first.write_bytes(header + b"".join(r for _, r in records[:half]))
+    second.write_bytes(header + b"".join(r for _, r in records[half:]))
+    return records[half - 1][0]
+
+
+def _resized_rows(q: TopKQuery, change_at_us: int, window_s: float) -> list[tuple]:
+    """The offline rows of ``q`` over the sample (exact counts per sub-window, ``TopKMerge``),
+    resized to ``window_s`` before the first sub-window not closed at ``change_at_us``; event time
+    ends at the last record (the replay's closing message puts the watermark there)."""
+    from analytics.keys import key_text, parse_key
+    from analytics.topk import top_k
+    from analytics.topk_merge import TopKMerge
+
+    table = pa.Table.from_batches(list(read_records(SAMPLE)))
+    ts_us = pc.divide(pc.cast(table["ts"], pa.int64()), 1000)
+    b_us = round(q.sub_window_s * 1e6)
+    keyed = pa.table({"sw": pc.divide(ts_us, b_us), "key": key_text(table, parse_key(q.key))})
+    counts = keyed.filter(pc.is_valid(keyed["key"])).group_by(["sw", "key"]).aggregate([("key", "count")])
+    subs: dict[int, dict[str, int]] = defaultdict(dict)
+    for sw, key, n in zip(*(counts[c].to_pylist() for c in ("sw", "key", "key_count")), strict=True):
+        subs[sw][key] = n
+    end_us = pc.max(ts_us).as_py()  # the watermark stops at the last record
+    merge = TopKMerge(QueryParams(N=round(q.window_s * 1e9), b=b_us * 1000, k=q.k))
+    rows, resized = [], False
+    for sw in sorted(subs):
+        if (sw + 1) * b_us > end_us:
+            break
+        if not resized and (sw + 1) * b_us > change_at_us:
+            merge.resize(round(window_s * 1e9))
+            resized = True
+        items, _ = top_k(subs[sw], q.k)
+        rows += merge.add_subwindow(dict(items), sw, sum(subs[sw].values()))
+    return [
+        (end // 1000, delta, rank, key, count, total, w / 1e9)
+        for end, delta, rank, key, count, total, w in rows
+    ]
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_window_changed_while_the_pipeline_runs_equals_the_offline_change(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """Issue 18 item 4 on the real broker and Spark: the pipeline runs; the first half of the
+    capture is replayed and processed; ``netmon tune --window`` shrinks one window and grows
+    another; the second half follows. The rows equal the offline algorithm resized at the same
+    instant: the first sub-window the next batch closes (the watermark before it, in force from
+    the next sub-window's end on)."""
+    from pipeline.window_knobs import window_file
+
+    cfg = _config(netmon_config, tmp_path / "data", "netmon.test.topk.window", partitions=1)
+    first, second = tmp_path / "first.pcap", tmp_path / "second.pcap"
+    last_first_us = _split_capture(SAMPLE, first, second)
+    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
+    delay_us = round(cfg.pipeline.watermark_s * 1e6)
+    changes = {"sources": 4.0, "ports": 10.0}  # 10 s -> 4 s, 5 s -> 10 s
+
+    def replay_part(path: Path, close: float | None) -> None:
+        opts = ReplayOptions(close_windows_s=close, records_per_message=100)
+        summary = replay(path, bootstrap=cfg.kafka.bootstrap, topic=cfg.kafka.packets_topic, options=opts,
+                         partitions=cfg.kafka.partitions, progress=False)  # fmt: skip
+        assert summary.produced == summary.acknowledged
+
+    def wait_for(pipeline: Pipeline, name: str, end_us: int) -> None:
+        for _ in range(600):
+            assert pipeline.failed() is None, pipeline.failed()
+            table = read_results(results_dir(cfg, "topk"))
+            if table is not None:
+                mine = table.filter(pc.equal(table["query"], name))
+                if mine.num_rows and pc.max(pc.cast(mine["window_end"], pa.int64())).as_py() >= end_us:
+                    return
+            pipeline.await_termination(0.5)
+        raise AssertionError(f"{name}: no window ending at {end_us} µs in 300 s")
+
+    change_at = last_first_us - delay_us  # the watermark before the first batch of the second half
+    expected = {
+        name: sorted(_resized_rows(q, change_at, changes[name]))
+        for name, q in ((q.name, q) for q in QUERIES)
+        if name in changes
+    }
+    # The first half is in the topic before the pipeline starts, so its first batch reads all of
+    # it (13 messages, under the 600 a batch may take): the change falls between that batch and
+    # the next, whose watermark before it is the first half's.
+    replay_part(first, None)
+    pipeline = start_pipeline(spark, cfg, kinds=("topk",))
+    try:
+        # the first half is processed: its last report (closed by its watermark) is committed
+        wait_for(pipeline, "sources", max(r[0] for r in expected["sources"] if r[0] <= change_at))
+        window_file(cfg).parent.mkdir(parents=True, exist_ok=True)
+        window_file(cfg).write_text(json.dumps(changes))
+        replay_part(second, cfg.pipeline.watermark_s)
+        wait_for(pipeline, "ports", max(r[0] for r in expected["ports"]))
+    finally:
+        pipeline.stop()
+    table = read_results(results_dir(cfg, "topk"))
+    assert table is not None
+    for q in QUERIES:
+        mine = table.filter(pc.equal(table["query"], q.name)).to_pylist()
+        got = sorted(
+            (
+                int(r["window_end"].timestamp() * 1e6),
+                r["delta"],
+                r["rank"],
+                r["key"],
+                r["count"],
+                r["total"],
+                r["window_s"],
+            )
+            for r in mine
+        )
+        if q.name not in changes:  # the bytes query is left alone: exact, its window throughout
+            assert {r["window_s"] for r in mine} == {q.window_s}
+            continue
+        assert got == expected[q.name], q.name
+        assert {q.window_s, changes[q.name]} <= {r["window_s"] for r in mine}  # before and after
+    # the growth of "ports" from 5 to 10 s shows windows in between
+    assert {6.0, 7.0, 8.0, 9.0} <= {
+        r["window_s"] for r in table.filter(pc.equal(table["query"], "ports")).to_pylist()
+    }
