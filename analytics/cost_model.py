@@ -59,6 +59,7 @@ __all__ = [
     "load_constants",
     "place_sampling",
     "save_constants",
+    "workload_of",
 ]
 
 #: Where ``netmon bench calibrate`` writes the constants, under ``[paths] state_dir``.
@@ -69,6 +70,9 @@ CALIBRATION_FILE = Path("calibration") / "cost-model.json"
 class CostConstants:
     """Seconds per operation and bytes per state entry, measured by ``netmon bench calibrate``."""
 
+    #: stage 1: one record read from its Kafka message and decoded (the shared pass every
+    #: kind's stage 1 reads: ``pipeline.partials.decode_messages``), seconds
+    decode_row_s: float = 1.0e-6
     #: stage 1: one record through one counting query (key text + group-by), seconds
     count_row_s: float = 5.0e-8
     #: stage 1: one (sub-window, key) partial row produced and merged, seconds
@@ -215,6 +219,40 @@ class Workload:
         return total
 
 
+def workload_of(records: Any, rate_pps: float, fields: Iterable[str] = ()) -> Workload:
+    """The :class:`Workload` of a capture's records (a pyarrow table of ``netmon.records``
+    columns) replayed at ``rate_pps``: each field's distinct values (``fields``, and ``proto``),
+    the shares of SYNs and SYN-ACKs (the handshake join's two sides).
+
+    The cardinalities are those of the whole capture, the model's key populations (``D(n, K)``
+    draws a sub-window's keys from them).
+    """
+    import pyarrow.compute as pc
+
+    n = max(1, records.num_rows)
+    known = []
+    for name in dict.fromkeys(fields):
+        if name in records.column_names and name != "proto":
+            known.append((name, float(max(1, pc.count_distinct(records[name]).as_py()))))
+    flags = pc.fill_null(records["tcp_flags"], 0) if "tcp_flags" in records.column_names else None
+    syn = synack = 0.0
+    if flags is not None:
+        is_syn = pc.equal(pc.bit_wise_and(flags, 0x02), 0x02)
+        has_ack = pc.equal(pc.bit_wise_and(flags, 0x10), 0x10)
+        syn = float(pc.sum(pc.and_(is_syn, pc.invert(has_ack))).as_py() or 0) / n
+        synack = float(pc.sum(pc.and_(is_syn, has_ack)).as_py() or 0) / n
+    protocols = (
+        float(max(1, pc.count_distinct(records["proto"]).as_py())) if "proto" in records.column_names else 4.0
+    )
+    return Workload(
+        rate_pps=rate_pps,
+        protocols=protocols,
+        syn_fraction=syn,
+        synack_fraction=synack,
+        key_cardinalities=tuple(known),
+    )
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One query's estimate: CPU seconds per second, state rows and bytes, and how they arise."""
@@ -228,6 +266,9 @@ class Estimate:
     ops: dict[str, float] = field(default_factory=dict)
     #: the knobs the estimate was made for (window_s, sub_window_s, k, lg_k, keep ...)
     knobs: dict[str, float] = field(default_factory=dict)
+    #: the part of ``cpu`` spent in stage 1, in the tasks of the shared read (the rest runs on
+    #: the driver): what the pipeline measures apart (the ``sys`` rows' ``stage1_s``)
+    stage1_cpu: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -342,6 +383,24 @@ class CostModel(Base):
         self.watermark_s = float(watermark_s)
 
     # -- one query per kind ---------------------------------------------------------------------
+    def decode(self, w: Workload) -> Estimate:
+        """The shared read and decode every kind of the shared query stands on: ``λ·decode_row_s``.
+
+        Not a query of the seeds: their operators start from decoded tuples. Here every packet is
+        a CSV line of a Kafka message, read and parsed once per micro-batch whatever the queries
+        (docs/overload.md, "The cost model"); the kind ``stage1`` with the queries' own stage-1
+        parts is what the pipeline measures as ``stage1_s``. No state.
+        """
+        return Estimate(
+            "stage1",
+            "decode",
+            cpu=w.rate_pps * self.constants.decode_row_s,
+            state_rows=0.0,
+            memory_bytes=0.0,
+            ops={"decoded_rows": w.rate_pps},
+            stage1_cpu=w.rate_pps * self.constants.decode_row_s,
+        )
+
     def traffic(self, w: Workload, window_s: float, name: str = "traffic") -> Estimate:
         """Packets and bytes per (tumbling window, protocol): one counting pass per record.
 
@@ -360,6 +419,7 @@ class CostModel(Base):
             memory_bytes=rows * c.row_bytes,
             ops={"count_rows": w.rate_pps, "partial_rows": groups},
             knobs={"window_s": window_s},
+            stage1_cpu=w.rate_pps * c.count_row_s,
         )
 
     def topk(self, w: Workload, q: TopKQuery, keep: float = 1.0) -> Estimate:
@@ -386,6 +446,7 @@ class CostModel(Base):
             memory_bytes=entries * c.topk_entry_bytes + open_rows * c.row_bytes,
             ops={"count_rows": rate, "partial_rows": per_sub / g, "topk_keys": per_sub / g},
             knobs={"window_s": q.window_s, "sub_window_s": g, "k": q.k, "keep": keep},
+            stage1_cpu=w.rate_pps * c.count_row_s,  # the drop box decides after the key text
         )
 
     def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0) -> Estimate:
@@ -414,6 +475,8 @@ class CostModel(Base):
             memory_bytes=sketches * sketch_bytes,
             ops={"count_rows": rate, "sketch_items": pairs / g, "sketch_unions": groups / g * n_sub},
             knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
+            # the items' coupons and each sub-window's sketch are made in the tasks (stage 1)
+            stage1_cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s,
         )
 
     def join(self, w: Workload, q: JoinQuery, x_left: float = 1.0, x_right: float = 1.0) -> Estimate:
@@ -458,10 +521,13 @@ class CostModel(Base):
         )
 
     # -- the configuration ----------------------------------------------------------------------
-    def estimates(self, cfg: Config, w: Workload) -> list[Estimate]:
-        """One estimate per query the configuration runs (``[pipeline] kinds``), traffic first."""
+    def estimates(self, cfg: Config, w: Workload, *, decode: bool = False) -> list[Estimate]:
+        """One estimate per query the configuration runs (``[pipeline] kinds``), traffic first;
+        ``decode``: the shared read and decode (:meth:`decode`) first of all."""
         kinds = set(cfg.pipeline.kinds)
         out: list[Estimate] = []
+        if decode and kinds & {"traffic", "topk", "distinct", "features", "joins"}:
+            out.append(self.decode(w))
         if "traffic" in kinds:
             out.append(self.traffic(w, cfg.pipeline.traffic_window_s))
         if "topk" in kinds:

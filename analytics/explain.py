@@ -30,6 +30,7 @@ __all__ = [
     "SPAN_S",
     "STALE_S",
     "admission",
+    "estimated_parts",
     "explain",
     "format_table",
     "measured_from_status",
@@ -45,7 +46,7 @@ STALE_S = 120.0
 SPAN_S = 60.0
 #: The ``sys`` columns of the seconds a shared query's parts took (``pipeline.sys_stats``):
 #: ``stage1`` the shared read and decode, then each batch kind's own step.
-_PART_SECONDS = ("stage1", "traffic", "topk", "distinct", "features")
+_PART_SECONDS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
 
 
 def query_plan(cfg: Config, e: Estimate) -> str:
@@ -90,6 +91,23 @@ def admission(estimates: list[Estimate], cpu_bound: float, memory_bound: float) 
             cpu, mem = cpu + e.cpu, mem + e.memory_bytes
             out[e.query] = ""
     return out
+
+
+def estimated_parts(estimates: Sequence[Estimate], decode: Estimate) -> dict[str, dict[str, float]]:
+    """The estimates cut as the pipeline measures its work: ``stage1`` (the shared read and
+    decode, and every query's own stage 1 in the tasks: ``Estimate.stage1_cpu``) and each kind's
+    driver part (the rest of its queries' CPU), with the kind's state rows (stage 1 keeps none).
+
+    The measured side (the ``sys`` rows' ``stage1_s``, ``topk_s``, ...) times exactly those
+    parts, so the two are compared like for like.
+    """
+    parts: dict[str, dict[str, float]] = {"stage1": {"cpu": decode.cpu, "state_rows": 0.0}}
+    for e in estimates:
+        parts["stage1"]["cpu"] += e.stage1_cpu
+        part = parts.setdefault(e.kind, {"cpu": 0.0, "state_rows": 0.0})
+        part["cpu"] += e.cpu - e.stage1_cpu
+        part["state_rows"] += e.state_rows
+    return parts
 
 
 def measured_from_status(
@@ -224,7 +242,9 @@ def measured_from_sys(
     for query, q in queries.items():
         if q["parts_cpu"]:
             for part, cpu in q["parts_cpu"].items():
-                kinds[part] = {"cpu": cpu, "state_rows": None, "query": query}
+                # the joins' windows are counted on the shared query's rows (join_state_rows)
+                held = q["join_state_rows"] if part == "joins" else None
+                kinds[part] = {"cpu": cpu, "state_rows": held, "query": query}
         else:
             rows_held = q["join_state_rows"] if q["join_state_rows"] is not None else q["state_rows"]
             kinds[query] = {
@@ -263,6 +283,7 @@ def explain(
     """
     model = CostModel(constants, watermark_s=cfg.pipeline.watermark_s)
     ests = model.estimates(cfg, workload)
+    decode = model.decode(workload)
     res = cfg.resources
     cpu, mem = CostModel.totals(ests)
     admitted = admission(ests, res.cpu_bound, res.memory_bound)
@@ -283,6 +304,8 @@ def explain(
         ],
         "total": {"cpu": cpu, "memory_bytes": mem},
         "feasible": {"cpu": cpu <= res.cpu_bound, "memory": mem <= res.memory_bound},
+        "decode": decode.to_dict(),
+        "parts": estimated_parts(ests, decode),
         "measured": _measured(cfg, status, sys_rows, span_s, now),
     }
     if cpu > res.cpu_bound:
@@ -341,6 +364,10 @@ def format_table(report: Mapping[str, Any]) -> list[str]:
     verdict = "FEASIBLE" if f["cpu"] and f["memory"] else "INFEASIBLE"
     why = [n for n, ok in (("CPU", f["cpu"]), ("memory", f["memory"])) if not ok]
     lines.append(f"plan: {verdict}" + (f" ({' and '.join(why)} over the bound)" if why else ""))
+    lines.append(
+        f"shared read and decode (not a query; before every kind's stage 1): "
+        f"{report['decode']['cpu']:.4f} CPU s/s"
+    )
     if "sampling" in report:
         s = report["sampling"]
         keeps = ", ".join(f"{k} {v:.2f}" for k, v in s["keep"].items())
@@ -378,21 +405,18 @@ def format_table(report: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"measured (source: pipeline status file, no results/sys rows; {m['age_s']:.0f} s old){stale}:"
         )
+    # Like for like: stage 1 (the tasks' shared pass) and each kind's driver part, as measured.
     lines.append(
-        f"{'kind':<9} {'estimated CPU':>13} {'measured CPU':>13} {'est. rows':>11} {'state rows':>11}"
+        f"{'part':<9} {'estimated CPU':>13} {'measured CPU':>13} {'ratio':>6} {'est. rows':>11} "
+        f"{'state rows':>11}"
     )
-    by_kind: dict[str, list[float]] = {}
-    for q in report["queries"]:
-        acc = by_kind.setdefault(q["kind"], [0.0, 0.0])
-        acc[0] += q["cpu"]
-        acc[1] += q["state_rows"]
+    parts = report["parts"]
     for kind, got in m["kinds"].items():
-        est = by_kind.get(kind)
-        est_cpu = f"{est[0]:.4f}" if est else "-"
-        est_rows = f"{est[1]:.0f}" if est else "-"
+        est = parts.get(kind)
+        ratio = f"{got['cpu'] / est['cpu']:.2f}" if est and est["cpu"] > 0 and got["cpu"] is not None else "-"
         lines.append(
-            f"{kind:<9} {est_cpu:>13} {_num(got['cpu'], '.4f'):>13} {est_rows:>11} "
-            f"{_num(got['state_rows'], '.0f'):>11}"
+            f"{kind:<9} {_num(est and est['cpu'], '.4f'):>13} {_num(got['cpu'], '.4f'):>13} {ratio:>6} "
+            f"{_num(est and est['state_rows'], '.0f'):>11} {_num(got['state_rows'], '.0f'):>11}"
         )
     return lines
 

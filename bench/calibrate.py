@@ -4,6 +4,9 @@ Each constant of :class:`analytics.cost_model.CostConstants` is the slope of CPU
 event count, fitted by least squares over a few sizes of the same operation (so fixed overheads
 fall into the intercept), on synthetic uniform traffic, using netmon's own code for each event:
 
+- ``decode_row_s``: the shared read and decode of a micro-batch's Kafka messages
+  (:func:`pipeline.partials.decode_messages` over messages of 1,000 records, as ``netmon replay``
+  writes them, of a generated ``baseline`` capture);
 - ``count_row_s`` / ``count_group_s``: stage 1 of a counting query — the record's key text
   (:func:`analytics.keys.key_text`) and a pyarrow ``group_by`` per (sub-window, key), as the
   pipeline's one-pass stage 1 does — then the driver's merge of the partial rows; rows are
@@ -142,6 +145,41 @@ def _count_constants(cfg: Config, scale: float, repeats: int, say: Callable[[str
     }
 
 
+def _decode_constants(scale: float, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """``decode_row_s``: CPU per record of ``decode_messages``, the slope over three batch sizes."""
+    import tempfile
+    from pathlib import Path
+
+    from ingest import read_records
+    from ingest.generate import generate
+    from ingest.wire import encode_messages
+    from pipeline.partials import decode_messages
+
+    sizes = [int(scale * n) for n in (20_000, 80_000, 200_000)]
+    with tempfile.TemporaryDirectory(prefix="netmon-calibrate-") as tmp:
+        capture = Path(tmp) / "decode.pcap"
+        generate(capture, scenario="baseline", packets=max(sizes), duration_s=60.0)
+        values = [v for b in read_records(capture) for v, _ in encode_messages(b, records_per_message=1000)]
+
+    def batch(records: int) -> pa.Table:
+        mine = values[: max(1, records // 1000)]
+        n = len(mine)
+        return pa.table(
+            {
+                "value": pa.array(mine, pa.binary()),
+                "known": pa.array([True] * n),
+                "control": pa.array([None] * n, pa.string()),
+                "horizon_ns": pa.array([None] * n, pa.int64()),
+            }
+        )
+
+    batches = [batch(n) for n in sizes]
+    times = [_cpu(functools.partial(decode_messages, b, delay_ns=5 * _S), repeats) for b in batches]
+    row_s, r2 = _slope([float(n) for n in sizes], times)
+    say(f"decode: {row_s * 1e9:.0f} ns/record")
+    return {"decode_row_s": row_s, "_fit": {"decode_row_s": r2}}
+
+
 def _topk_constants(scale: float, repeats: int, say: Callable[[str], None]) -> dict[str, Any]:
     sizes = [int(scale * k) for k in (2_000, 10_000, 40_000)]
     rng = np.random.default_rng(1)
@@ -276,6 +314,7 @@ def calibrate(
     found: dict[str, Any] = {}
     fits: dict[str, float] = {}
     for part in (
+        _decode_constants(scale, repeats, say),
         _count_constants(cfg, scale, repeats, say),
         _topk_constants(scale, repeats, say),
         _distinct_constants(scale, repeats, say),

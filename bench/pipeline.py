@@ -186,7 +186,14 @@ def _baseline_drain(
 
 
 def _at_rate(
-    spark: Any, cfg: Any, scenario: str, rate: int, seconds: float, work: Path, say: Callable[[str], None]
+    spark: Any,
+    cfg: Any,
+    scenario: str,
+    rate: int,
+    seconds: float,
+    work: Path,
+    say: Callable[[str], None],
+    constants: Any = None,
 ) -> dict[str, Any]:
     from ingest.generate import generate
     from ingest.replay import ReplayOptions
@@ -242,6 +249,8 @@ def _at_rate(
     rss = _jvm_rss_mb(spark)
     phases = {name: _phases(q) for name, q in pipeline.queries.items()}
     pipeline.stop()
+    produced_pps = summary.get("acknowledged", 0) / max(produced_s, 1e-9)
+    model = _model_check(cfg, capture, produced_pps, produced_s / 2, constants)
     growth = _lag_growth([(t, lag) for t, lag in lags if t >= produced_s / 2])
     # Lag is in Kafka messages (ReplayOptions.records_per_message packets each): bounded means
     # its least-squares growth over the second half stays within two triggers' worth of input
@@ -288,8 +297,46 @@ def _at_rate(
         "share": _shares(getattr(shared, "total_seconds", {})),
         "batch_phases_ms": phases,
         "driver_jvm_rss_mb": None if rss is None else round(rss),
+        "model": model,
         **_drop_boxes(cfg),
     }
+
+
+def _model_check(cfg: Any, capture: Path, rate_pps: float, span_s: float, constants: Any) -> dict[str, Any]:
+    """The cost model's estimates beside what the run measured (``netmon explain``'s comparison,
+    issue 18's ±25 % check): per part — ``stage1`` (the tasks' read, decode and every kind's stage
+    1) and each kind's driver part — its estimated CPU at the rate the producer held and the
+    capture's key populations, the measured seconds per second of the ``sys`` rows of the last
+    ``span_s`` seconds of batches, their ratio, and the state rows each way (measured for the
+    joins' windows only: the other kinds keep their state in their own files)."""
+    import pyarrow as pa
+
+    from analytics.cost_model import DEFAULT_CONSTANTS, workload_of
+    from analytics.explain import explain
+    from ingest import read_records
+    from netmon.recent_results import newest_rows_by_sink
+    from netmon.results import results_dir
+
+    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
+    fields += [
+        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
+    ]
+    workload = workload_of(pa.Table.from_batches(list(read_records(capture))), rate_pps, fields)
+    sys_rows = newest_rows_by_sink(results_dir(cfg, "sys"), span_s)
+    report = explain(cfg, workload, constants or DEFAULT_CONSTANTS, sys_rows=sys_rows, span_s=span_s)
+    measured = report["measured"].get("kinds", {})
+    out: dict[str, Any] = {"constants": report["constants"]}
+    for part, est in report["parts"].items():
+        got = measured.get(part, {})
+        cpu = got.get("cpu")
+        out[part] = {
+            "estimated_cpu": est["cpu"],
+            "measured_cpu": cpu,
+            "ratio": None if cpu is None or not est["cpu"] else round(cpu / est["cpu"], 3),
+            "estimated_rows": est["state_rows"],
+            "measured_rows": got.get("state_rows"),
+        }
+    return out
 
 
 def _drop_boxes(cfg: Any) -> dict[str, Any]:
@@ -371,8 +418,13 @@ def bench_pipeline(
     baseline: bool = True,
     manage: bool = False,
     cpu_budget: float | None = None,
+    constants: Any = None,
 ) -> dict[str, Any]:
     """Drain throughput (and the rate ladder) per scenario; see the module docstring.
+
+    ``constants``: the cost model's (``analytics.cost_model.CostConstants``, the user's
+    calibration) for each rate's estimates-vs-measured check (``model`` in its figures); the
+    built-in ones by default.
 
     ``spark``: a session to use (and leave running); by default one is built and stopped.
     ``warmup``: drain once untimed first (the JVM's first jobs are slow).
@@ -412,7 +464,9 @@ def bench_pipeline(
                 entry: dict[str, Any] = {
                     "drain": _drain(session, cfg, capture, say, warmup=warmup, baseline=baseline)
                 }
-                entry["rates"] = [_at_rate(session, cfg, scenario, r, seconds, work, say) for r in rates]
+                entry["rates"] = [
+                    _at_rate(session, cfg, scenario, r, seconds, work, say, constants) for r in rates
+                ]
                 held = [r["rate"] for r in entry["rates"] if r["sustained"]]
                 entry["sustained_pps"] = max(held) if held else None
                 out["scenarios"][scenario] = entry
@@ -466,6 +520,14 @@ def format_report(result: dict[str, Any]) -> list[str]:
             for name, phases in sorted(r.get("batch_phases_ms", {}).items()):
                 parts = ", ".join(f"{k} {v:g}" for k, v in phases.items() if k != "batches")
                 lines.append(f"    query {name}: {phases.get('batches', 0):g} batches, median ms: {parts}")
+            model = r.get("model") or {}
+            cells = [
+                f"{part} {m['measured_cpu']:.3f}/{m['estimated_cpu']:.3f} = {m['ratio']:.2f}"
+                for part, m in model.items()
+                if part != "constants" and m["ratio"] is not None
+            ]
+            if cells:
+                lines.append("    measured / estimated CPU s/s (cost model): " + ", ".join(cells))
         if entry["rates"]:
             lines.append(f"  sustained: {entry['sustained_pps']}")
     return lines

@@ -13,6 +13,9 @@ import sys
 
 import click
 
+from cli.main import pass_config
+from netmon.config import Config
+
 
 def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...]:
     try:
@@ -47,7 +50,9 @@ def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     "--cpu-budget", type=click.FloatRange(min=0, min_open=True), help="[resources] cpu_budget for the run."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
+@pass_config
 def command(
+    cfg: Config,
     scenarios: tuple[str, ...],
     packets: int,
     duration_s: float,
@@ -59,10 +64,12 @@ def command(
     as_json: bool,
 ) -> None:
     """Throughput, batch-time shares, lag and latency of the whole pipeline (all default queries)."""
+    from analytics.cost_model import load_constants
     from bench.pipeline import bench_pipeline, format_report
 
     try:
         result = bench_pipeline(
+            constants=load_constants(cfg.paths.state_dir),  # `netmon bench calibrate`'s, if run
             scenarios=scenarios or ("baseline", "ddos"),
             packets=packets,
             duration_s=duration_s,

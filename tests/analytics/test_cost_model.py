@@ -256,3 +256,43 @@ def test_place_sampling_keeps_everything_when_it_fits_and_flags_what_cannot() ->
     assert place_sampling(model, cfg, w, budget=1.0).keep == {"t": 1.0, "d": 1.0}
     starved = place_sampling(model, cfg, Workload(rate_pps=1e6), budget=1e-6, keep_min=0.2)
     assert not starved.feasible and starved.keep == {"t": 0.2, "d": 0.2}
+
+
+def test_workload_of_a_capture_counts_its_keys_and_handshake_sides() -> None:
+    import pyarrow as pa
+
+    from analytics.cost_model import workload_of
+    from ingest import read_records
+    from tests.conftest import REPO_ROOT
+
+    table = pa.Table.from_batches(list(read_records(REPO_ROOT / "samples" / "ddos.pcap")))
+    w = workload_of(table, 5000.0, ["src_ip", "dst_port", "src_ip"])
+    rows = table.to_pylist()
+    flags = [r["tcp_flags"] or 0 for r in rows]
+    assert w.rate_pps == 5000.0
+    assert dict(w.key_cardinalities) == {
+        "src_ip": len({r["src_ip"] for r in rows}),
+        "dst_port": len({r["dst_port"] for r in rows if r["dst_port"] is not None}),
+    }
+    assert w.protocols == len({r["proto"] for r in rows})
+    assert w.syn_fraction == sum(f & 0x12 == 0x02 for f in flags) / len(rows) > 0.1
+    assert w.synack_fraction == sum(f & 0x12 == 0x12 for f in flags) / len(rows)
+
+
+def test_the_stage_split_conserves_every_query_and_the_decode() -> None:
+    from analytics.explain import estimated_parts
+    from netmon.config import load_config
+
+    cfg = load_config(None, env={})
+    model = CostModel(CostConstants(decode_row_s=4e-7))
+    w = Workload(rate_pps=50_000)
+    ests = model.estimates(cfg, w)
+    decode = model.decode(w)
+    assert decode.cpu == pytest.approx(50_000 * 4e-7) and decode.state_rows == 0
+    assert model.estimates(cfg, w, decode=True)[0] == decode
+    parts = estimated_parts(ests, decode)
+    assert sum(p["cpu"] for p in parts.values()) == pytest.approx(decode.cpu + sum(e.cpu for e in ests))
+    assert parts["stage1"]["cpu"] == pytest.approx(decode.cpu + sum(e.stage1_cpu for e in ests))
+    for e in ests:  # each query's stage 1 is a part of its CPU, and every kind's first pass
+        assert 0 < e.stage1_cpu <= e.cpu or (e.kind == "joins" and e.stage1_cpu == 0)
+    assert parts["topk"]["state_rows"] == pytest.approx(sum(e.state_rows for e in ests if e.kind == "topk"))

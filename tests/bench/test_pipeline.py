@@ -66,3 +66,12 @@ def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None
     assert 0 < run["sampled_batches"] < 1  # the first batch has nothing measured before it
     assert run["sample_keep_min"] == 0.125  # keep_min 0.1: the power of two above it
     assert "drop boxes in " in "\n".join(format_report(result))
+    # the cost model beside what the run measured, part by part (issue 18's ±25 % check)
+    model = run["model"]
+    assert {"stage1", "traffic", "topk", "distinct", "joins"} <= set(model)
+    for part in ("stage1", "traffic", "topk", "distinct"):
+        m = model[part]
+        assert m["estimated_cpu"] > 0 and m["measured_cpu"] > 0, part
+        assert m["ratio"] == round(m["measured_cpu"] / m["estimated_cpu"], 3)
+    assert model["stage1"]["estimated_rows"] == 0 and model["topk"]["estimated_rows"] > 0
+    assert "measured / estimated CPU s/s (cost model): stage1 " in "\n".join(format_report(result))

@@ -102,8 +102,19 @@ def test_measured_values_from_the_pipeline_status(tmp_path: Path) -> None:
     code, out = _run(tmp_path, "explain", "--rate", "1000", toml="[pipeline]\ntrigger_s = 2.0\n")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("topk ") and "1234" in line)
-    parts = row.split()  # kind, estimated CPU, measured CPU, estimated rows, state rows
-    assert parts[2] == "0.1250" and parts[4] == "1234"  # 250 ms of a 2 s trigger
+    parts = row.split()  # part, estimated CPU, measured CPU, ratio, estimated rows, state rows
+    assert parts[2] == "0.1250" and parts[5] == "1234"  # 250 ms of a 2 s trigger
+    # like for like: the estimate beside it is the top-k queries' driver part, without stage 1
+    code, out = _run(
+        tmp_path, "explain", "--rate", "1000", "--format", "json", toml="[pipeline]\ntrigger_s = 2.0\n"
+    )
+    report = json.loads(out)
+    driver = sum(q["cpu"] - q["stage1_cpu"] for q in report["queries"] if q["kind"] == "topk")
+    assert 0 < driver < sum(q["cpu"] for q in report["queries"] if q["kind"] == "topk")
+    assert report["parts"]["topk"]["cpu"] == pytest.approx(driver)
+    assert parts[1] == f"{driver:.4f}" and parts[3] == f"{0.125 / driver:.2f}"
+    stage1 = report["decode"]["cpu"] + sum(q["stage1_cpu"] for q in report["queries"])
+    assert report["parts"]["stage1"]["cpu"] == pytest.approx(stage1) and report["decode"]["cpu"] > 0
     stale = measured_from_status({"updated": 0, "queries": {}}, 1.0, now=1000.0)
     assert stale["stale"] is True and stale["age_s"] == 1000.0
     assert measured_from_status(None, 1.0) == {"available": False, "kinds": {}}

@@ -224,12 +224,18 @@ def test_table_names_the_source_and_prints_the_aggregates(tmp_path: Path) -> Non
     assert j_row[7:9] == [str(joins["join_state_rows"]), str(joins["state_bytes"])]
     kinds = {line.split()[0]: line.split() for line in lines[head + 6 :]}
     assert list(kinds) == ["stage1", "traffic", "topk", "distinct", "joins"]
-    assert kinds["stage1"][1] == "-"  # the shared read and decode: no estimate
+    # part, estimated CPU, measured CPU, ratio, estimated rows, state rows
+    code, report = _run(tmp_path, "explain", "--rate", "1000", "--format", "json")
+    estimated = json.loads(report)["parts"]
+    assert estimated["stage1"]["cpu"] > 0  # the shared read and decode and the queries' stage 1
+    for part in ("stage1", "traffic", "topk", "distinct", "joins"):
+        _shown(kinds[part][1], estimated[part]["cpu"])
     for part in ("stage1", "traffic", "topk", "distinct"):
         _shown(kinds[part][2], packets["parts_cpu"][part])
-        assert kinds[part][4] == "-"
+        _shown(kinds[part][3], packets["parts_cpu"][part] / estimated[part]["cpu"])
+        assert kinds[part][5] == "-"
     _shown(kinds["joins"][2], joins["cpu"])
-    assert kinds["joins"][4] == str(joins["join_state_rows"])
+    assert kinds["joins"][5] == str(joins["join_state_rows"])
 
 
 def _shown(text: str, value: float) -> None:
@@ -345,7 +351,7 @@ def test_without_sys_rows_the_status_file_is_the_source(tmp_path: Path) -> None:
     head = next(i for i, line in enumerate(lines) if line.startswith("measured ("))
     assert lines[head].startswith("measured (source: pipeline status file, no results/sys rows; ")
     row = lines[head + 2].split()
-    assert row[0] == "joins" and row[2] == f"{300 / 1000 / TRIGGER_S:.4f}" and row[4] == "77"
+    assert row[0] == "joins" and row[2] == f"{300 / 1000 / TRIGGER_S:.4f}" and row[5] == "77"
     code, out = _run(tmp_path, "explain", "--rate", "1000", "--format", "json")
     measured = json.loads(out)["measured"]
     assert measured["source"] == "status" and measured["kinds"]["joins"]["state_rows"] == 77
