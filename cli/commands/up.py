@@ -1,6 +1,7 @@
 """``netmon up``: every service of a monitor, supervised, until Ctrl-C or SIGTERM.
 
-Starts (or reuses when running) the local broker, then the pipeline, the alert service, the
+Starts (or reuses when running) the local broker (none when ``[kafka] bootstrap_servers`` names
+an external Kafka, e.g. ``netmon cluster up``'s), then the pipeline, the alert service, the
 dashboard and the sources — one ``netmon capture`` per ``--iface``, or ``netmon replay FILE`` —
 as child processes (:mod:`netmon.supervisor`), serves ``/metrics`` (:mod:`netmon.metrics`) and
 prints one line per service. A child that dies is restarted with backoff, and a line says so; the
@@ -121,6 +122,10 @@ def _broker(cfg: Config, sup: Any) -> tuple[Any, int | None]:
     Returns the broker when ``netmon up`` started it (else None), and its pid.
     """
     if cfg.kafka.bootstrap_servers:
+        # Nothing of ours to start or watch; say which Kafka the services use, the first thing to
+        # check when they keep restarting.
+        servers = cfg.kafka.bootstrap_servers
+        click.echo(f"kafka: {servers} ([kafka] bootstrap_servers; no local broker)", err=True)
         return None, None
     from netmon.broker import BrokerError, LocalBroker
     from netmon.jvm_deps import JvmDepsError
