@@ -262,12 +262,17 @@ def _at_rate(
     )
     ended = _latencies(cfg, started_wall)
     latencies = [x for _, x in ended]
+    produced = _produced_latencies(ended, capture, summary, cfg.pipeline.watermark_s)
+    from_sent = [x for end, x, _ in produced if end >= started_wall + WARM_S]
+    from_closer = [x for end, _, x in produced if end >= started_wall + WARM_S]
     # Steady state: windows ending after the run's first WARM_S (the queries' first batches
     # carry Spark's and the JIT's start, once per pipeline start, not per load).
     steady = [x - cfg.pipeline.watermark_s for end, x in ended if end >= started_wall + WARM_S]
     processing = [x - cfg.pipeline.watermark_s for x in latencies]
     target = 3 * cfg.pipeline.trigger_s + cfg.pipeline.traffic_window_s
-    p99 = _percentile(steady, 0.99)
+    # The target holds the produce-time figure beyond the watermark (the issue's definition);
+    # without the producer's record of what it sent when, the event-time one.
+    p99 = _percentile(from_closer, 0.99) if from_closer else _percentile(steady, 0.99)
     stats = pipeline.stats.get("traffic")
     return {
         "rate": rate,
@@ -290,7 +295,13 @@ def _at_rate(
         "processing_p50_s": _rounded(_percentile(processing, 0.5)),
         "processing_p99_s": _rounded(_percentile(processing, 0.99)),
         "steady_p50_s": _rounded(_percentile(steady, 0.5)),
-        "steady_p99_s": _rounded(p99),
+        "steady_p99_s": _rounded(_percentile(steady, 0.99)),
+        # From when the producer sent the window's last record (the watermark delay included),
+        # and from when it sent the record that let the watermark pass the window (after WARM_S)
+        "produced_p50_s": _rounded(_percentile(from_sent, 0.5)),
+        "produced_p99_s": _rounded(_percentile(from_sent, 0.99)),
+        "closable_p50_s": _rounded(_percentile(from_closer, 0.5)),
+        "closable_p99_s": _rounded(_percentile(from_closer, 0.99)),
         "latency_target_s": target,
         "meets_latency_target": p99 is not None and p99 <= target,
         "windows": len(latencies),
@@ -366,18 +377,69 @@ WARM_S = 15.0
 
 
 def _produce(capture: str, bootstrap: str, topic: str, partitions: int, rate: int, out: Any) -> None:
-    """Replay ``capture`` at ``rate`` packets/s, timestamps rebased to now (a child process)."""
-    from ingest.replay import ReplayOptions, replay
+    """Replay ``capture`` at ``rate`` packets/s, timestamps rebased to now (a child process).
 
+    Reports what was acknowledged, and when each record was handed to the producer: the wall
+    time at the replay's start (``started_ns``, which the rebased timestamps start from, to the
+    millisecond) and ``(seconds since, records so far)`` after every record batch.
+    """
+    from ingest.replay import ReplayOptions, ReplayProgress, replay
+
+    sent: list[tuple[float, int]] = [(0.0, 0)]
+
+    def note(p: ReplayProgress) -> None:
+        sent.append((p.elapsed_s, p.packets))
+
+    started_ns = time.time_ns()
     summary = replay(
         capture,
         bootstrap=bootstrap,
         topic=topic,
         options=ReplayOptions(pps=float(rate), rebase_time=True),
         partitions=partitions,
-        progress=False,
+        progress=note,
     )
-    out.put({"acknowledged": summary.acknowledged})
+    out.put({"acknowledged": summary.acknowledged, "started_ns": started_ns, "sent": sent})
+
+
+def _produced_latencies(
+    ended: list[tuple[float, float]], capture: Path, summary: dict[str, Any], delay_s: float
+) -> list[tuple[float, float, float]]:
+    """Per committed window (``ended``: its end and commit time − end, event time in seconds):
+    its end, and its commit time minus the wall time the producer sent (a) the window's last
+    record and (b) the first record past ``end + delay_s``, the one that let the watermark close
+    it. The issue's end-to-end latency is "record produced → its result committed": measured
+    from the event time instead (commit − end), it is off by how far event time runs behind the
+    wall clock, which a paced replay of uneven traffic makes seconds (``ddos`` sends its attack's
+    dense seconds at the same packet rate as the rest, so their event time falls behind)."""
+    import pyarrow as pa
+
+    from ingest import read_records
+
+    if not summary.get("sent") or summary.get("started_ns") is None:
+        return []
+    ts = np.concatenate(
+        [np.asarray(b.column("ts").cast(pa.int64()).to_numpy(), np.int64) for b in read_records(capture)]
+    )
+    if not len(ts):
+        return []
+    shift_ns = int(summary["started_ns"]) - int(ts[0])  # rebase: the first record is "now"
+    elapsed = np.array([t for t, _ in summary["sent"]], float)
+    count = np.array([n for _, n in summary["sent"]], float)
+    started_s = int(summary["started_ns"]) / 1e9
+    out = []
+    for end, latency in ended:
+        committed = end + latency
+        end_ns = round(end * 1e9) - shift_ns
+        last = int(np.searchsorted(ts, end_ns, "left")) - 1  # the window's last record
+        closer = int(np.searchsorted(ts, end_ns + round(delay_s * 1e9), "left"))  # moves it past
+        if last < 0 or closer >= len(ts):
+            continue  # closed by the replay's end, not by a record
+        # record i was handed over once the producer's count passed it
+        sent_last = started_s + float(np.interp(last + 1, count, elapsed))
+        sent_closer = started_s + float(np.interp(closer + 1, count, elapsed))
+        out.append((end, committed - sent_last, committed - sent_closer))
+    return out
 
 
 def _phases(query: Any) -> dict[str, float]:
@@ -507,8 +569,11 @@ def format_report(result: dict[str, Any]) -> list[str]:
                 f"{'sustained' if r['sustained'] else 'NOT sustained'}; latency p50 {r['latency_p50_s']} s, "
                 f"p99 {r['latency_p99_s']} s over {r['windows']} windows (beyond the watermark delay: "
                 f"p50 {r['processing_p50_s']} s, p99 {r['processing_p99_s']} s; after the first "
-                f"{WARM_S:g} s: p50 {r['steady_p50_s']} s, p99 {r['steady_p99_s']} s, target "
-                f"{r['latency_target_s']:g} s {'met' if r['meets_latency_target'] else 'NOT met'}); "
+                f"{WARM_S:g} s: p50 {r['steady_p50_s']} s, p99 {r['steady_p99_s']} s); "
+                f"from the record produced: p50 {r.get('produced_p50_s')} s, p99 "
+                f"{r.get('produced_p99_s')} s, beyond the watermark p50 {r.get('closable_p50_s')} s, "
+                f"p99 {r.get('closable_p99_s')} s, target {r['latency_target_s']:g} s "
+                f"{'met' if r['meets_latency_target'] else 'NOT met'}; "
                 f"driver JVM {r['driver_jvm_rss_mb']} MB"
                 + (
                     f"; drop boxes in {r['sampled_batches']:.0%} of batches, smallest fraction "

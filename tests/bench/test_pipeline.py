@@ -75,3 +75,42 @@ def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None
         assert m["ratio"] == round(m["measured_cpu"] / m["estimated_cpu"], 3)
     assert model["stage1"]["estimated_rows"] == 0 and model["topk"]["estimated_rows"] > 0
     assert "measured / estimated CPU s/s (cost model): stage1 " in "\n".join(format_report(result))
+
+
+def test_produce_time_latency_follows_the_records_sent_not_their_event_time(tmp_path) -> None:
+    """A window's latency from the record produced: its commit minus the wall time the producer
+    handed over (a) the window's last record and (b) the first record past end + delay, found
+    from the producer's (seconds, records so far) samples — brute force over the records."""
+    from bench.pipeline import _produced_latencies
+    from ingest import read_records
+    from ingest.generate import generate
+
+    capture = tmp_path / "c.pcap"
+    generate(capture, scenario="ddos", packets=3000, duration_s=30.0)
+    ts = [int(t) for b in read_records(capture) for t in b.column("ts").cast("int64").to_pylist()]
+    started_ns = 1_800_000_000 * 10**9
+    shift = started_ns - ts[0]
+    # sent at 100 records/s: event time runs behind the wall clock through the attack
+    sent = [(i / 100, i) for i in range(0, 3001, 50)]
+    ends = [started_ns / 1e9 + s for s in (5.0, 12.0, 17.0)]
+    ended = [(end, 9.0) for end in ends]  # each committed 9 s after its end (event time)
+    got = _produced_latencies(ended, capture, {"started_ns": started_ns, "sent": sent}, 5.0)
+    expected = []
+    for end in ends:
+        end_ns = round(end * 1e9) - shift
+        last = max(i for i, t in enumerate(ts) if t < end_ns)
+        closer = min(i for i, t in enumerate(ts) if t >= end_ns + 5 * 10**9)
+        committed = end + 9.0
+        expected.append(
+            (
+                end,
+                committed - (started_ns / 1e9 + (last + 1) / 100),
+                committed - (started_ns / 1e9 + (closer + 1) / 100),
+            )
+        )
+    assert len(got) == 3
+    for g, e in zip(got, expected, strict=True):
+        assert g == pytest.approx(e, abs=1e-6)
+    # the attack's dense seconds: produced-time latency differs from the event-time one
+    assert any(abs(g[1] - 9.0) > 1.0 for g in got)
+    assert _produced_latencies(ended, capture, {"acknowledged": 3000}, 5.0) == []
