@@ -10,6 +10,7 @@ Reproduce commands and results: ``docs/performance.md``. This floor stands above
 
 __all__ = [
     "calibrate",
+    "capture",
     "dashboard_day",
     "dashboard_render",
     "distinct",

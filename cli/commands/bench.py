@@ -12,6 +12,7 @@ from cli.main import LazyGroup
     cls=LazyGroup,
     lazy={
         "ingest": "cli.commands.bench_ingest:command",
+        "capture": "cli.commands.bench_capture:command",
         "topk": "cli.commands.bench_topk:command",
         "topk-offline": "cli.commands.bench_topk:offline_command",
         "distinct": "cli.commands.bench_distinct:command",
