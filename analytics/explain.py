@@ -35,6 +35,7 @@ __all__ = [
     "format_table",
     "measured_from_status",
     "measured_from_sys",
+    "part_fits",
     "query_plan",
 ]
 
@@ -108,6 +109,35 @@ def estimated_parts(estimates: Sequence[Estimate], decode: Estimate) -> dict[str
         part["cpu"] += e.cpu - e.stage1_cpu
         part["state_rows"] += e.state_rows
     return parts
+
+
+def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per part of the shared query (``stage1``, ``topk``, ...), its seconds per batch fitted to
+    ``fixed + per_packet·packets`` by least squares over ``rows`` (its ``sys`` rows): what a
+    batch costs whatever it holds, and what each packet adds. The cost model's formulas are per
+    tuple, as the seeds write them; the intercept is what they leave out. Parts with fewer than
+    three batches, or batches all of one size, are left out.
+
+    >>> rows = [{"packets": n, "stage1_s": 0.1 + 2e-6 * n} for n in (1000, 5000, 9000)]
+    >>> fit = part_fits(rows)["stage1"]
+    >>> round(fit["fixed_s"], 6), round(fit["per_packet_s"], 12), fit["batches"]
+    (0.1, 2e-06, 3)
+    """
+    import numpy as np
+
+    out: dict[str, dict[str, float]] = {}
+    for part in _PART_SECONDS:
+        pairs = [
+            (float(r["packets"]), float(r[f"{part}_s"]))
+            for r in rows
+            if r.get("packets") is not None and r.get(f"{part}_s") is not None
+        ]
+        if len(pairs) < 3 or len({n for n, _ in pairs}) < 2:
+            continue
+        x, y = np.array(pairs).T
+        per_packet, fixed = np.polyfit(x, y, 1)
+        out[part] = {"fixed_s": float(fixed), "per_packet_s": float(per_packet), "batches": len(pairs)}
+    return out
 
 
 def measured_from_status(

@@ -323,10 +323,10 @@ def _model_check(cfg: Any, capture: Path, rate_pps: float, span_s: float, consta
     import pyarrow as pa
 
     from analytics.cost_model import DEFAULT_CONSTANTS, workload_of
-    from analytics.explain import explain
+    from analytics.explain import explain, part_fits
     from ingest import read_records
     from netmon.recent_results import newest_rows_by_sink
-    from netmon.results import results_dir
+    from netmon.results import SHARED_QUERY, results_dir
 
     fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
     fields += [
@@ -337,6 +337,8 @@ def _model_check(cfg: Any, capture: Path, rate_pps: float, span_s: float, consta
     report = explain(cfg, workload, constants or DEFAULT_CONSTANTS, sys_rows=sys_rows, span_s=span_s)
     measured = report["measured"].get("kinds", {})
     out: dict[str, Any] = {"constants": report["constants"]}
+    # what a batch costs whatever it holds, per part: the term the per-tuple formulas leave out
+    out["per_batch"] = part_fits(sys_rows.get(SHARED_QUERY, []))
     for part, est in report["parts"].items():
         got = measured.get(part, {})
         cpu = got.get("cpu")
@@ -589,10 +591,19 @@ def format_report(result: dict[str, Any]) -> list[str]:
             cells = [
                 f"{part} {m['measured_cpu']:.3f}/{m['estimated_cpu']:.3f} = {m['ratio']:.2f}"
                 for part, m in model.items()
-                if part != "constants" and m["ratio"] is not None
+                if part not in ("constants", "per_batch") and m["ratio"] is not None
             ]
             if cells:
                 lines.append("    measured / estimated CPU s/s (cost model): " + ", ".join(cells))
+            fits = model.get("per_batch") or {}
+            if fits:
+                lines.append(
+                    "    seconds per batch = fixed + per packet: "
+                    + ", ".join(
+                        f"{part} {f['fixed_s'] * 1000:.0f} ms + {f['per_packet_s'] * 1e9:.0f} ns"
+                        for part, f in fits.items()
+                    )
+                )
         if entry["rates"]:
             lines.append(f"  sustained: {entry['sustained_pps']}")
     return lines
