@@ -116,7 +116,9 @@ def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     ``fixed + per_packet·packets`` by least squares over ``rows`` (its ``sys`` rows): what a
     batch costs whatever it holds, and what each packet adds. The cost model's formulas are per
     tuple, as the seeds write them; the intercept is what they leave out. Parts with fewer than
-    three batches, or batches all of one size, are left out.
+    three batches, or whose batches' sizes differ by less than a factor of two, are left out: a
+    paced run's batches are all of one size, and a line through them says nothing (measured:
+    negative slopes).
 
     >>> rows = [{"packets": n, "stage1_s": 0.1 + 2e-6 * n} for n in (1000, 5000, 9000)]
     >>> fit = part_fits(rows)["stage1"]
@@ -132,7 +134,8 @@ def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
             for r in rows
             if r.get("packets") is not None and r.get(f"{part}_s") is not None
         ]
-        if len(pairs) < 3 or len({n for n, _ in pairs}) < 2:
+        sizes = [n for n, _ in pairs]
+        if len(pairs) < 3 or max(sizes) < 2 * max(1.0, min(sizes)):
             continue
         x, y = np.array(pairs).T
         per_packet, fixed = np.polyfit(x, y, 1)

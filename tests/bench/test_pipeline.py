@@ -74,8 +74,8 @@ def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None
         assert m["estimated_cpu"] > 0 and m["measured_cpu"] > 0, part
         assert m["ratio"] == round(m["measured_cpu"] / m["estimated_cpu"], 3)
     assert model["stage1"]["estimated_rows"] == 0 and model["topk"]["estimated_rows"] > 0
-    fit = model["per_batch"]["stage1"]  # seconds per batch against packets, over the sys rows
-    assert fit["batches"] >= 3 and fit["fixed_s"] != 0
+    for fit in model["per_batch"].values():  # seconds per batch against packets, when they vary
+        assert fit["batches"] >= 3
     assert "measured / estimated CPU s/s (cost model): stage1 " in "\n".join(format_report(result))
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -364,3 +365,21 @@ def test_without_sys_rows_the_status_file_is_the_source(tmp_path: Path) -> None:
 def test_span_must_be_positive(tmp_path: Path) -> None:
     code, out = _run(tmp_path, "explain", "--span", "0")
     assert code == 2 and "--span" in out
+
+
+def test_part_fits_recover_a_fixed_and_a_per_packet_cost_and_refuse_one_size() -> None:
+    from analytics.explain import part_fits
+
+    rng = np.random.default_rng(3)
+    packets = rng.integers(1_000, 200_000, 40)
+    rows = [
+        {"packets": int(n), "stage1_s": 0.3 + 4e-6 * n + rng.normal(0, 1e-3), "topk_s": 0.02 + 1e-7 * n}
+        for n in packets
+    ]
+    fits = part_fits(rows)
+    assert fits["stage1"]["fixed_s"] == pytest.approx(0.3, abs=0.005)
+    assert fits["stage1"]["per_packet_s"] == pytest.approx(4e-6, rel=0.02)
+    assert fits["topk"]["fixed_s"] == pytest.approx(0.02) and fits["topk"]["batches"] == 40
+    # batches of one size (a paced run): no line through them
+    same = [{"packets": 50_000 + i, "stage1_s": 0.7 + 0.01 * i} for i in range(10)]
+    assert part_fits(same) == {}
