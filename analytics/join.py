@@ -168,17 +168,6 @@ class _Pairs:
         return out
 
 
-def _search(
-    s_codes: np.ndarray,
-    s_vals: np.ndarray,
-    q_codes: np.ndarray,
-    q_vals: np.ndarray,
-    side: Literal["left", "right"],
-) -> np.ndarray:
-    """``searchsorted`` of pairs (q_code, q_val) in pairs sorted lexicographically by (code, val)."""
-    return _Pairs(s_codes, s_vals).search(q_codes, q_vals, side)
-
-
 def _search_ranked(
     s_codes: np.ndarray,
     s_vals: np.ndarray,
@@ -186,7 +175,7 @@ def _search_ranked(
     q_vals: np.ndarray,
     side: Literal["left", "right"],
 ) -> np.ndarray:
-    """:func:`_search` by dense ranks: both components are replaced by their ranks over the union,
+    """:meth:`_Pairs.search` by dense ranks: both components are replaced by their ranks over the union,
     so the pair becomes one order-preserving int64 whatever the timestamp span."""
     if len(s_codes) == 0 or len(q_codes) == 0:
         return np.zeros(len(q_codes), dtype=np.int64)
@@ -732,8 +721,8 @@ class SymmetricHashJoin(_WindowJoin):
         ob = cols[other]
         srt = ins[np.lexsort((ob["rank"][ins], ob["code"][ins]))]
         b_code, b_ts, b_rank = ob["code"][srt], ob["ts"][srt], ob["rank"][srt]
-        start = _search(b_code, b_ts, q_code, lo_ts, "left")
-        stop = _search(b_code, b_rank, q_code, q_rank, "left")
+        start = _Pairs(b_code, b_ts).search(q_code, lo_ts, "left")
+        stop = _Pairs(b_code, b_rank).search(q_code, q_rank, "left")
         owner, pos = _expand(start, stop)
         owner, pos = self._verify(me, probers[owner], ob, srt[pos])
         if self.track_unmatched and len(pos):

@@ -195,6 +195,9 @@ def _at_rate(
     say: Callable[[str], None],
     constants: Any = None,
 ) -> dict[str, Any]:
+    import pyarrow as pa
+
+    from ingest import read_records
     from ingest.generate import generate
     from ingest.replay import ReplayOptions
     from netmon.kafka_admin import recreate_topic
@@ -250,7 +253,8 @@ def _at_rate(
     phases = {name: _phases(q) for name, q in pipeline.queries.items()}
     pipeline.stop()
     produced_pps = summary.get("acknowledged", 0) / max(produced_s, 1e-9)
-    model = _model_check(cfg, capture, produced_pps, produced_s / 2, constants)
+    records = pa.Table.from_batches(list(read_records(capture)))  # read once: the model, the latency
+    model = _model_check(cfg, records, produced_pps, produced_s / 2, constants)
     growth = _lag_growth([(t, lag) for t, lag in lags if t >= produced_s / 2])
     # Lag is in Kafka messages (ReplayOptions.records_per_message packets each): bounded means
     # its least-squares growth over the second half stays within two triggers' worth of input
@@ -262,7 +266,8 @@ def _at_rate(
     )
     ended = _latencies(cfg, started_wall)
     latencies = [x for _, x in ended]
-    produced = _produced_latencies(ended, capture, summary, cfg.pipeline.watermark_s)
+    ts_ns = np.asarray(records.column("ts").cast(pa.int64()).to_numpy(), np.int64)
+    produced = _produced_latencies(ended, ts_ns, summary, cfg.pipeline.watermark_s)
     from_sent = [x for end, x, _ in produced if end >= started_wall + WARM_S]
     from_closer = [x for end, _, x in produced if end >= started_wall + WARM_S]
     # Steady state: windows ending after the run's first WARM_S (the queries' first batches
@@ -313,18 +318,15 @@ def _at_rate(
     }
 
 
-def _model_check(cfg: Any, capture: Path, rate_pps: float, span_s: float, constants: Any) -> dict[str, Any]:
+def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constants: Any) -> dict[str, Any]:
     """The cost model's estimates beside what the run measured (``netmon explain``'s comparison,
     issue 18's ±25 % check): per part — ``stage1`` (the tasks' read, decode and every kind's stage
     1) and each kind's driver part — its estimated CPU at the rate the producer held and the
     capture's key populations, the measured seconds per second of the ``sys`` rows of the last
     ``span_s`` seconds of batches, their ratio, and the state rows each way (measured for the
     joins' windows only: the other kinds keep their state in their own files)."""
-    import pyarrow as pa
-
     from analytics.cost_model import DEFAULT_CONSTANTS, workload_of
     from analytics.explain import explain, part_fits
-    from ingest import read_records
     from netmon.recent_results import newest_rows_by_sink
     from netmon.results import SHARED_QUERY, results_dir
 
@@ -332,7 +334,7 @@ def _model_check(cfg: Any, capture: Path, rate_pps: float, span_s: float, consta
     fields += [
         f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
     ]
-    workload = workload_of(pa.Table.from_batches(list(read_records(capture))), rate_pps, fields)
+    workload = workload_of(records, rate_pps, fields)
     sys_rows = newest_rows_by_sink(results_dir(cfg, "sys"), span_s)
     report = explain(cfg, workload, constants or DEFAULT_CONSTANTS, sys_rows=sys_rows, span_s=span_s)
     measured = report["measured"].get("kinds", {})
@@ -405,24 +407,18 @@ def _produce(capture: str, bootstrap: str, topic: str, partitions: int, rate: in
 
 
 def _produced_latencies(
-    ended: list[tuple[float, float]], capture: Path, summary: dict[str, Any], delay_s: float
+    ended: list[tuple[float, float]], ts: np.ndarray, summary: dict[str, Any], delay_s: float
 ) -> list[tuple[float, float, float]]:
-    """Per committed window (``ended``: its end and commit time − end, event time in seconds):
+    """Per committed window (``ended``: its end and commit time − end, event time in seconds;
+    ``ts``: the replayed capture's timestamps, ns, in file order):
     its end, and its commit time minus the wall time the producer sent (a) the window's last
     record and (b) the first record past ``end + delay_s``, the one that let the watermark close
     it. The issue's end-to-end latency is "record produced → its result committed": measured
     from the event time instead (commit − end), it is off by how far event time runs behind the
     wall clock, which a paced replay of uneven traffic makes seconds (``ddos`` sends its attack's
     dense seconds at the same packet rate as the rest, so their event time falls behind)."""
-    import pyarrow as pa
-
-    from ingest import read_records
-
     if not summary.get("sent") or summary.get("started_ns") is None:
         return []
-    ts = np.concatenate(
-        [np.asarray(b.column("ts").cast(pa.int64()).to_numpy(), np.int64) for b in read_records(capture)]
-    )
     if not len(ts):
         return []
     shift_ns = int(summary["started_ns"]) - int(ts[0])  # rebase: the first record is "now"

@@ -236,7 +236,7 @@ class SharedJoins:
             if not mine.num_rows:
                 continue
             started = time.perf_counter()
-            bucket = joins.setdefault(q.name, JoinBucket(self.join_specs[q.name], 0))
+            bucket = joins.get(q.name) or joins.setdefault(q.name, JoinBucket(self.join_specs[q.name], 0))
             x_left, x_right = fractions.get(q.name, (1.0, 1.0))
             out, stats = bucket.process_frames(mine.drop_columns(["query"]).to_pandas(), x_left, x_right)
             frames += [_result_table(frame) for frame in out if len(frame)]

@@ -96,7 +96,10 @@ def test_produce_time_latency_follows_the_records_sent_not_their_event_time(tmp_
     sent = [(i / 100, i) for i in range(0, 3001, 50)]
     ends = [started_ns / 1e9 + s for s in (5.0, 12.0, 17.0)]
     ended = [(end, 9.0) for end in ends]  # each committed 9 s after its end (event time)
-    got = _produced_latencies(ended, capture, {"started_ns": started_ns, "sent": sent}, 5.0)
+    import numpy as np
+
+    ts_ns = np.array(ts, np.int64)
+    got = _produced_latencies(ended, ts_ns, {"started_ns": started_ns, "sent": sent}, 5.0)
     expected = []
     for end in ends:
         end_ns = round(end * 1e9) - shift
@@ -115,4 +118,4 @@ def test_produce_time_latency_follows_the_records_sent_not_their_event_time(tmp_
         assert g == pytest.approx(e, abs=1e-6)
     # the attack's dense seconds: produced-time latency differs from the event-time one
     assert any(abs(g[1] - 9.0) > 1.0 for g in got)
-    assert _produced_latencies(ended, capture, {"acknowledged": 3000}, 5.0) == []
+    assert _produced_latencies(ended, ts_ns, {"acknowledged": 3000}, 5.0) == []
