@@ -1,5 +1,7 @@
 """The features kind through the real shared query: a port scan replayed into Kafka, Spark's stage 1,
-the driver's buffer, the committed rows and their republished JSON — exactly ``feature_rows``."""
+the driver's buffer, the committed rows and their republished JSON — exactly ``feature_rows`` — and
+the alert service reading that topic in its consumer group raises exactly the episodes of
+``netmon analyze alerts`` on the capture (issue 20: streaming = offline on the same input)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from alerts.defaults import DETECTION_RULES
+from alerts.offline import Episode, analyze_capture
+from alerts.outbox import Outbox, outbox_path
+from alerts.service import AlertService
 from analytics.alert_features import feature_rows
 from ingest.generate import generate
 from ingest.readers import read_records
 from ingest.replay import ReplayOptions, replay
-from netmon.config import Config
+from netmon.config import AlertsConfig, Config
 from netmon.kafka_admin import recreate_topic
 from netmon.results import message_rows, read_results, results_dir
 from pipeline.job import start_pipeline
@@ -29,7 +35,7 @@ def test_the_features_rows_of_a_port_scan_equal_feature_rows(
     generate(capture, scenario="port-scan", packets=8_000, seed=3, duration_s=30)
     topic = "netmon.test.features"
     cfg = netmon_config.replace(
-        paths={"data_dir": tmp_path / "data"},
+        paths={"data_dir": tmp_path / "data", "state_dir": tmp_path / "state"},
         kafka={"packets_topic": topic, "results_topic_prefix": f"{topic}.", "partitions": 2},
         # small batches: the buffer carries windows and SYNs from batch to batch
         pipeline={"kinds": ("traffic", "features"), "max_batch_messages": 4},
@@ -78,3 +84,18 @@ def test_the_features_rows_of_a_port_scan_equal_feature_rows(
     assert {k: v for k, v in src.items() if v is not None} == next(
         r for r in expected if keys(r) == keys(src)
     )
+
+    # The alert service on the real topic, in its own consumer group: the offline episodes.
+    offline = analyze_capture([capture], DETECTION_RULES, AlertsConfig())
+    assert any(e.rule == "port-scan" for e in offline), offline
+    alerts = AlertsConfig(group_id=f"alerts-{topic}-{tmp_path.name}", poll_s=0.2)
+    service = AlertService(cfg, alerts, rules=DETECTION_RULES)
+    service.run(idle_exit_s=5.0)
+    assert service.totals.bad == 0
+    with Outbox(outbox_path(cfg.paths.state_dir), readonly=True) as outbox:
+        streamed = [
+            Episode(a["rule"], a["severity"], a["subject"], a["first_seen"], a["last_seen"], a["peak"])
+            for a in outbox.alerts()
+        ]
+    key = lambda e: (e.rule, e.subject, e.first, e.last, e.value)  # noqa: E731
+    assert sorted(map(key, streamed)) == sorted(map(key, offline))
