@@ -11,6 +11,16 @@ say how approximate it is. This module is the record-level half of that, with no
   record with a hash uniform on [0, 2^64) it is a Bernoulli trial with probability x; records
   with equal fields share their fate (a departure from independent trials, which only matters
   for exact duplicates).
+- :func:`intake_lines`: the *intake* drop box, before the decode. When the Kafka read and the
+  decode of every record are most of a batch (a flood at several times the sustained rate), no
+  box after the decode can bound the load, so one box sits in front of it: it keeps each line of
+  a packets message by a hash of its *position* (Kafka partition, offset, line index:
+  :func:`position_hash`), so only the kept lines are parsed. Each record is a Bernoulli trial of
+  its own — not the message's (cluster sampling of whole messages would leave the intervals
+  below far too narrow: a flood's victim has hundreds of records in every message) — and a rerun
+  of the batch reads the same positions, so it keeps the same lines. The position hash does not
+  read the record's fields, so a query's own box (:func:`record_hash`) after it is an independent
+  trial: a record reaches that query with probability ``intake · keep``.
 - :func:`scaled`: the Horvitz–Thompson estimate of a count from the kept records, Σ w_i / x,
   rounded to a whole count (the result formats keep counts as integers; the rounding is at most
   half a unit per (sub-window, key) partial, noted as a departure in ``docs/overload.md``).
@@ -35,6 +45,8 @@ __all__ = [
     "Z95",
     "ExactSample",
     "count_interval",
+    "intake_lines",
+    "position_hash",
     "record_hash",
     "sample_mask",
     "scaled",
@@ -72,6 +84,38 @@ def record_hash(
             ^ np.asarray(proto).astype(np.uint64)
         )
         return _mix(h ^ packed)
+
+
+def position_hash(partition: int, offset: int, index: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per line ``index`` of the message at (``partition``, ``offset``), uint64."""
+    with np.errstate(over="ignore"):
+        base = np.array([partition & _MASK], np.uint64) * _GOLDEN + np.uint64(offset & _MASK) + _GOLDEN
+        h = _mix(base)[0]
+        return _mix(np.asarray(index).astype(np.uint64) ^ h)
+
+
+def intake_lines(value: bytes, partition: int, offset: int, keep: float) -> tuple[bytes, int]:
+    """The intake drop box on one packets message: its kept lines, and the non-empty lines dropped.
+
+    A line (ending in ``\\n``, or the value's end) is kept when :func:`position_hash` of its index
+    is below the fraction's bound; the kept lines keep their order and their bytes.
+    """
+    if keep >= 1 or not value:
+        return value, 0
+    buf = np.frombuffer(value, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if buf[-1] != 10:
+        ends = np.append(ends, len(buf) - 1)
+    kept = sample_mask(position_hash(partition, offset, np.arange(len(ends))), keep)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    content = (lengths > 1) | (buf[ends] != 10)  # an empty line is no record
+    dropped = int((content & ~kept).sum())
+    if not dropped:
+        return value, 0
+    return buf[np.repeat(kept, lengths)].tobytes(), dropped
 
 
 def threshold(keep: float) -> int:

@@ -71,7 +71,7 @@ from analytics.sampling import count_interval
 from analytics.sketch_carry import GroupIds, SlidingCoupons
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
-from pipeline.partials import DistinctSpec, merge_partials, partial_counts
+from pipeline.partials import INTAKE, DistinctSpec, merge_partials, partial_counts
 
 __all__ = [
     "COLUMNS",
@@ -364,12 +364,16 @@ class SlidingDistinct:
         self._carries: dict[str, _Carry] = {}
         #: the drop-box fraction per query in force for the next batch (:meth:`sample`)
         self.keep: dict[str, float] = {}
+        #: the intake drop box's fraction in force for the next batch (records, before the decode)
+        self.intake = 1.0
 
     def sample(self, keep: dict[str, float]) -> None:
-        """The fraction of items each query's drop box keeps in the next batch (absent: 1).
+        """The fraction of items each query's drop box keeps in the next batch (absent: 1), and
+        the intake box's (``INTAKE``).
 
         Clamped to the smallest fraction the query's ``lg_k`` allows (``pipeline.partials.item_kept``).
         """
+        self.intake = float(keep.get(INTAKE, 1.0))
         floors = {q.name: 2.0 ** -(_ADDRESS_BITS - c.lg_k) for c in self.chains for q in c.queries}
         self.keep = {
             name: max(float(x), floors[name]) for name, x in keep.items() if x < 1 and name in floors
@@ -470,9 +474,12 @@ class SlidingDistinct:
             watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
         marker: dict[str, Any] = {"watermark_ms": watermark_ms, "max_idx": max_idx, "late": late_rows}
         live = any(
-            x < 1 for m in self._before.values() for marks in m.get("keeps", {}).values() for *_, x in marks
+            mark[2] < 1
+            for m in self._before.values()
+            for marks in m.get("keeps", {}).values()
+            for mark in marks
         )
-        if (self.keep or live) and max_us is not None:
+        if (self.keep or self.intake < 1 or live) and max_us is not None:
             # The sub-windows this batch's records could reach, from the first one still open to
             # that of its newest event time, and its fraction (1: none), for every query while a
             # drop box is in use or its marks are live: a window's fractions come from its marks.
@@ -483,7 +490,11 @@ class SlidingDistinct:
                 before = [m["max_idx"].get(c.label) for m in self._before.values()]
                 reached = max([i for i in before if i is not None], default=None)
                 for q in c.queries:
-                    marks[q.name] = [[lows[c.label] + 1, hi, self.keep.get(q.name, 1.0)]]
+                    # [first, last, x, x_hi]: an item is kept with a probability between x (its
+                    # box's fraction times the intake's, for an item seen once) and x_hi (its
+                    # box's: an item seen many times all but surely passes the intake)
+                    x_hi = self.keep.get(q.name, 1.0)
+                    marks[q.name] = [[lows[c.label] + 1, hi, x_hi * self.intake, x_hi]]
                     if not live and reached is not None and reached > lows[c.label]:
                         marks[q.name].append([lows[c.label] + 1, reached, 1.0])
             marker["keeps"] = marks
@@ -652,7 +663,7 @@ class SlidingDistinct:
             ) or any(  # its drop-box marks still reach a window to come
                 name in k and hi > low[name] - k[name]
                 for name, ranges in marker.get("keeps", {}).items()
-                for _, hi, _ in ranges
+                for _, hi, *_ in ranges
             )
             if b < latest and not needed:
                 shutil.rmtree(self.store / f"batch-{b:06d}", ignore_errors=True)
@@ -696,6 +707,11 @@ def _precision(
       window whose marks range from x_min to x_max — x_max = 1 where a sub-window has no mark
       (its items came before) — holds each of its D items with a probability between them, so m
       lies around D·x with x in that range.
+    * The intake drop box's (records, before the decode, at fraction r): an item passes it with a
+      probability between r (seen once) and 1 (seen often), independently of its item box, so a
+      mark is [first, last, x·r, x] — x_min takes the low end, x_max the high end. The interval
+      stays valid (m dominates a Binomial(D, x_min) and is dominated by a Binomial(D, x_max));
+      the point estimate between n/x_max and n/x_min is a compromise, not unbiased.
 
     ``distinct_low`` is the 95 % score interval's low end at x_max for m = m_low, and
     ``distinct_high`` its high end at x_min for m = m_high: the score interval's ends grow with m,
@@ -709,12 +725,15 @@ def _precision(
     raw = pc.cast(rows["distinct"], pa.int64())
     counts = np.asarray(raw.to_numpy(), np.int64)
     kept_low, kept_high = _sketch_bounds(rows["query"], counts, lg_k)
-    marks: dict[str, list[tuple[int, int, float]]] = {}
+    marks: dict[str, list[tuple[int, int, float, float]]] = {}
     for marker in stored.values():
         for name, ranges in marker.get("keeps", {}).items():
-            marks.setdefault(name, []).extend((int(lo), int(hi), float(x)) for lo, hi, x in ranges)
+            # [first, last, x] before the intake box: x_hi = x
+            marks.setdefault(name, []).extend(
+                (int(r[0]), int(r[1]), float(r[2]), float(r[-1])) for r in ranges
+            )
     n = rows.num_rows
-    if not any(x < 1 for ranges in marks.values() for _, _, x in ranges):
+    if not any(x < 1 for ranges in marks.values() for _, _, x, _ in ranges):
         return raw, pa.array(np.ones(n)), pa.array(kept_low, pa.int64()), pa.array(kept_high, pa.int64())
     out, keep, low, high = [], [], [], []
     queries, ends = rows["query"].to_pylist(), rows["i"].to_pylist()
@@ -722,11 +741,11 @@ def _precision(
         queries, ends, counts.tolist(), kept_low.tolist(), kept_high.tolist(), strict=True
     ):
         first = i - width[name] + 1
-        hits = sorted((lo, hi, x) for lo, hi, x in marks.get(name, ()) if lo <= i and hi >= first)
-        x_min = min((x for _, _, x in hits), default=1.0)
-        x_max = max((x for _, _, x in hits), default=1.0)
+        hits = sorted(mark for mark in marks.get(name, ()) if mark[0] <= i and mark[1] >= first)
+        x_min = min((x for _, _, x, _ in hits), default=1.0)
+        x_max = max((x_hi for *_, x_hi in hits), default=1.0)
         covered = first
-        for lo, hi, _ in hits:  # a sub-window no mark reaches holds unsampled items
+        for lo, hi, *_ in hits:  # a sub-window no mark reaches holds unsampled items
             if lo > covered:
                 break
             covered = max(covered, hi + 1)

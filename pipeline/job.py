@@ -58,7 +58,7 @@ from netmon.results import PIPELINE_LOCK, SHARED_QUERY, checkpoint_dir, results_
 from pipeline import distinct, features, joins, joins_batch, sys_stats, topk, traffic
 from pipeline.batch_sink import BatchOutput
 from pipeline.batch_state import BatchState
-from pipeline.partials import TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
+from pipeline.partials import INTAKE, TOTALS, Spec, merge_partials, newest_of, raw_partials, totals_of
 from pipeline.publish import ResultPublisher
 from pipeline.resource_manager import ResourceManager, admit
 from pipeline.retention import Maintainer, apply_topic_retention
@@ -426,6 +426,9 @@ class SharedBatch:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         began = started = time.perf_counter()
         keep = self.manager.decide(batch_id) if self.manager is not None else {}
+        # The intake drop box (before the decode: only the lines it keeps are parsed); the kinds
+        # learn its fraction from ``keep`` beside their own boxes' and scale by both.
+        intake = float(keep.get(INTAKE, 1.0))
         for function in self.functions.values():
             prepare = getattr(function, "prepare", None)
             if prepare is not None:
@@ -437,7 +440,9 @@ class SharedBatch:
         before = (self.state.load(batch_id) if self.state is not None else None) or {}
         newest = {int(p): int(ns) for p, ns in before.items()}
         partials, max_us = merge_partials(
-            raw_partials(df, specs, newest_ns=newest, delay_ns=self.delay_ns if self.state else None)
+            raw_partials(
+                df, specs, newest_ns=newest, delay_ns=self.delay_ns if self.state else None, intake=intake
+            )
         )
         read = newest_of(partials)
         if self.state is not None:
@@ -458,14 +463,16 @@ class SharedBatch:
         for name, spent in self.seconds.items():
             self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
         if self.manager is not None:
-            self.manager.observe(batch_id, counts["packets"], time.perf_counter() - began)
+            # the records the batch read, the intake box's skipped ones included: the input rate
+            self.manager.observe(batch_id, counts["packets"] + counts["sampled"], time.perf_counter() - began)
         observed = None
         for function in self.functions.values():
             by_batch = getattr(function, "observed", None)  # the joins kind's statistics
             if by_batch is not None:
                 observed = {**(observed or {}), **by_batch.get(batch_id, {})}
         self._figures[batch_id] = sys_stats.BatchFigures(
-            packets=counts["packets"],
+            packets=counts["packets"] + counts["sampled"],
+            sampled=counts["sampled"],
             newest_ns=max(read.values(), default=None),
             seconds=dict(self.seconds),
             keep=dict(keep),
@@ -496,6 +503,8 @@ class QueryStats:
     kind_ms: int = 0
     #: times the kind's query was started again from its checkpoint after a broker outage
     restarts: int = 0
+    #: records the intake drop box skipped before the decode (not in ``packets``)
+    sampled: int = 0
 
 
 @dataclass
@@ -577,11 +586,12 @@ class Pipeline:
                 if isinstance(shared, SharedBatch) and kind in shared.seconds:
                     st.kind_ms = round(shared.seconds[kind] * 1000)
                     # The shared query's decode counts (not reported through observe()).
-                    st.packets, st.control, st.malformed, st.future = (
+                    st.packets, st.control, st.malformed, st.future, st.sampled = (
                         shared.totals["packets"],
                         shared.totals["control"],
                         shared.totals["malformed"],
                         shared.totals["future"],
+                        shared.totals["sampled"],
                     )
         for kind, (_, listener) in self.listeners.items():
             # No query of its own: its batches are the followed query's batches it committed.

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 
 from analytics.hll_coupons import coupons
 from analytics.keys import key_text, weights
-from analytics.sampling import HASH_FIELDS, record_hash, sample_mask, scaled
+from analytics.sampling import HASH_FIELDS, intake_lines, record_hash, sample_mask, scaled
 from analytics.sketch_windows import coupon_estimates, coupon_sketches
 from ingest.wire import CONTROL_WATERMARK, parse_many
 from netmon.records import ARROW_SCHEMA
@@ -58,6 +58,7 @@ from netmon.records import ARROW_SCHEMA
 __all__ = [
     "MAX_QUERY",
     "PARTIAL_SCHEMA",
+    "INTAKE",
     "TOTALS",
     "TOTALS_QUERY",
     "CountSpec",
@@ -84,8 +85,12 @@ MAX_QUERY = "\x00max"
 #: The query name of the rows that count the batch's lines by class (``key``: one of :data:`TOTALS`).
 TOTALS_QUERY = "\x00totals"
 #: The classes every line of a batch falls in (exactly one of the first four each); ``late``
-#: counts the packets the late rule dropped (a part of ``packets``).
-TOTALS = ("packets", "control", "malformed", "future", "late")
+#: counts the packets the late rule dropped (a part of ``packets``); ``sampled`` the records the
+#: intake drop box skipped before the decode (``analytics.sampling.intake_lines``; not in ``packets``).
+TOTALS = ("packets", "control", "malformed", "future", "late", "sampled")
+#: The key of the intake drop box's fraction in a batch's drop-box fractions (``SharedBatch``,
+#: the kinds' ``sample``): before the decode, every query's records are a sample at it.
+INTAKE = "(intake)"
 #: The query name of the rows that carry a partition's newest event time in ns (``sw``; ``key``:
 #: the partition): the next batch's lateness starts from it.
 NEWEST_QUERY = "\x00newest"
@@ -130,6 +135,9 @@ class CountSpec:
     #: the drop box before the query (``analytics.sampling``): the fraction of records kept, by
     #: their hash; below 1 ``records`` and ``weight`` are Horvitz–Thompson estimates (sums / keep)
     keep: float = 1.0
+    #: the intake drop box's fraction (records skipped before the decode, an independent trial):
+    #: the sums are scaled by ``1 / (keep · intake)``
+    intake: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -223,8 +231,8 @@ def _counts(
             "query": _names(spec.name, grouped.num_rows),
             "sw": grouped["sw"],
             "key": grouped["key"],
-            "records": _scaled(grouped["count_all"], spec.keep),
-            "weight": _scaled(pc.fill_null(grouped["w_sum"], 0), spec.keep),
+            "records": _scaled(grouped["count_all"], spec.keep * spec.intake),
+            "weight": _scaled(pc.fill_null(grouped["w_sum"], 0), spec.keep * spec.intake),
         }
     )
 
@@ -452,7 +460,11 @@ def _named(partials: pa.Table, names: pa.Array) -> pa.Table:
 
 
 def decode_messages(
-    messages: pa.RecordBatch | pa.Table, *, newest_ns: int | None = None, delay_ns: int | None = None
+    messages: pa.RecordBatch | pa.Table,
+    *,
+    newest_ns: int | None = None,
+    delay_ns: int | None = None,
+    intake: float = 1.0,
 ) -> tuple[pa.Table, dict[str, int], int | None]:
     """Raw Kafka messages -> decoded rows (:data:`ROW_SCHEMA`), the count of each line class, and
     the newest event time seen (ns, or None).
@@ -472,11 +484,24 @@ def decode_messages(
     ``delay_ns`` behind the newest event time seen before it — earlier packets and control rows
     of the partition, from ``newest_ns`` on (the batches before). Late packets are counted
     (``late``) and dropped, whatever the micro-batch boundaries were.
+
+    With ``intake`` < 1, the intake drop box (``analytics.sampling.intake_lines``): only the lines
+    of packet messages it keeps, by their ``partition``, ``offset`` and index, are parsed; the
+    others are counted as ``sampled``.
     """
     totals = dict.fromkeys(TOTALS, 0)
     values = messages.column("value").to_pylist()
     known = messages.column("known").to_pylist()
     control = messages.column("control").to_pylist()
+    if intake < 1:
+        # The intake drop box: only the kept lines of packet messages are parsed (control and
+        # unknown messages are read whole).
+        partitions = messages.column("partition").to_pylist()
+        at = zip(known, control, partitions, messages.column("offset").to_pylist(), strict=True)
+        values = [
+            _intake(v, p, o, intake, totals) if ok and kind is None else v
+            for v, (ok, kind, p, o) in zip(values, at, strict=True)
+        ]
     horizons = [h for h in messages.column("horizon_ns").to_pylist() if h is not None]
     horizon = min(horizons) if horizons else None
     newest = newest_ns
@@ -563,6 +588,12 @@ def decode_messages(
     return rows, totals, newest
 
 
+def _intake(value: bytes | None, partition: int, offset: int, keep: float, totals: dict[str, int]) -> bytes:
+    kept, dropped = intake_lines(value or b"", partition, offset, keep)
+    totals["sampled"] += dropped
+    return kept
+
+
 def totals_of(merged: pa.Table) -> dict[str, int]:
     """The line classes' counts of a merged batch (:func:`merge_partials`)."""
     rows = merged.filter(pc.equal(merged["query"], TOTALS_QUERY))
@@ -576,11 +607,13 @@ def raw_partials(
     *,
     newest_ns: dict[int, int] | None = None,
     delay_ns: int | None = None,
+    intake: float = 1.0,
 ) -> pa.Table:
     """Decode and stage 1 of ``specs`` over a micro-batch of raw Kafka messages, collected.
 
-    ``messages``: ``value, partition, known, control, horizon_ns``
-    (``pipeline.source.raw_messages``), one task per Kafka partition's offsets (in order). Each
+    ``messages``: ``value, partition, offset, known, control, horizon_ns``
+    (``pipeline.source.raw_messages``; ``intake`` < 1: the intake drop box, :func:`decode_messages`),
+    one task per Kafka partition's offsets (in order). Each
     task decodes its messages with pyarrow (:func:`decode_messages`: late packets, by the newest
     event time of their partition before them — ``newest_ns`` from the batches before — are
     dropped and counted) and computes every partial of its rows. A ``NEWEST_QUERY`` row per
@@ -600,7 +633,7 @@ def raw_partials(
                 )
             partition = parts[0] if parts else None
             before = newest.get(partition, carried.get(partition)) if partition is not None else None
-            rows, totals, after = decode_messages(batch, newest_ns=before, delay_ns=delay_ns)
+            rows, totals, after = decode_messages(batch, newest_ns=before, delay_ns=delay_ns, intake=intake)
             partials = partials_of(rows, specs)
             if partition is not None:
                 newest[partition] = after

@@ -29,6 +29,15 @@ records, counts scaled by 1/x) and distinct counts (a sample of *items* by their
 the sub-window lists do not keep; traffic stays exact (it is cheap: one group per protocol); the
 joins shed by PNI. Seed 004's other knobs, window and granularity, are not turned here.
 
+5. **The intake box, last** (:meth:`ResourceManager._intake`): when every query's box at its
+   floor is still estimated over the bound — the Kafka read and the decode of every record are
+   most of the batch, which no box after the decode removes — a drop box *before* the decode
+   keeps a fraction of the records (``analytics.sampling.intake_lines``, ``INTAKE`` in the
+   fractions; ``[resources] intake_min``). Every kind then reads a sample: traffic, top-k and
+   the features' counts are scaled, distinct counts widen their intervals, the joins see fewer
+   pairs (each row says its fraction). It is the first knob reversed when the load falls: the
+   queries' fractions rise only once it is back at 1.
+
 Exactly once: a decision is saved under the batch's id *before* the batch runs
 (``pipeline.batch_state``), and a batch that Spark runs again finds it and applies the same
 fractions, so it writes the same rows. After a restart the manager starts from the last decision
@@ -52,6 +61,7 @@ from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
 from pipeline.batch_state import BatchState
+from pipeline.partials import INTAKE
 
 __all__ = [
     "TUNABLE",
@@ -183,6 +193,32 @@ class ResourceManager:
                 total += e.cpu
         return total
 
+    def _intake(
+        self, intake: float, rate: float, keep: Mapping[str, float], correction: float, feasible: bool
+    ) -> float:
+        """The intake box's next fraction: the last resort, and the first knob reversed.
+
+        It falls (at once, to a power of two ≥ ``intake_min``) only when every query's box at
+        its floor is estimated over the bound (``feasible`` False), by the share the corrected
+        estimate is over; it rises one step (×2) per batch while the estimate at that step
+        stays under the bound. The Kafka read before it does not scale with it, so the
+        correction grows as it falls and the rise is judged on the larger correction:
+        conservative, it does not oscillate.
+        """
+        estimate = self._estimate(rate * intake, keep) * correction
+        if estimate > self.bound and not feasible:
+            return min(intake, quantize(intake * self.bound / estimate, self.intake_floor))
+        if intake < 1:
+            up = min(intake * 2, 1.0)
+            if self._estimate(rate * up, keep) * correction <= self.bound:
+                return up
+        return intake
+
+    @property
+    def intake_floor(self) -> float:
+        """The intake box's floor: the power of two at or above ``intake_min`` in force."""
+        return quantize(0.0, self.resources.intake_min)
+
     @property
     def bound(self) -> float:
         """The CPU the shared kinds may use: ``(1 − reserve)·cpu_budget`` in force."""
@@ -219,21 +255,24 @@ class ResourceManager:
         keep = {n: float(x) for n, x in (before.get("keep") or {}).items() if n in self.names}
         # A floor raised at run time applies at once.
         keep = {n: max(x, self.lower(n)) for n, x in keep.items() if max(x, self.lower(n)) < 1}
+        intake = max(float((before.get("keep") or {}).get(INTAKE, 1.0)), self.intake_floor)
         correction = before.get("correction")
         if m is None or not self.names:
-            return {"keep": keep, "correction": correction, "load": before.get("load")}
+            return {"keep": _with_intake(keep, intake), "correction": correction, "load": before.get("load")}
         interval = max(m["interval_s"], self.trigger_s)
+        # rate: the records read, those the intake box skipped included; reach: those decoded
         rate, load = m["packets"] / interval, m["seconds"] / interval
-        estimated = self._estimate(rate, keep)
+        reach = rate * intake
+        estimated = self._estimate(reach, keep)
         if estimated > 0 and rate > 0:
             ratio = load / estimated
             correction = ratio if correction is None else ALPHA * ratio + (1 - ALPHA) * correction
         if not correction:
-            return {"keep": keep, "correction": correction, "load": load}
+            return {"keep": _with_intake(keep, intake), "correction": correction, "load": load}
         plan = place_sampling(
             self.model,
             self._cfg,
-            Workload(rate_pps=rate),
+            Workload(rate_pps=reach),
             self.bound / correction,
             keep_min={n: self.resources.keep_min_of(n) for n in self.names},
             weights={n: float(w) for n, w in self.resources.importance.items()},
@@ -245,15 +284,17 @@ class ResourceManager:
             now = keep.get(name, 1.0)
             if target < now:
                 chosen[name] = target
-            elif target > now:
+            elif target > now and intake >= 1:
                 # one step up at a time, and only if the load at that step stays under the bound
+                # (while the intake box samples, it is reversed first)
                 up = min(now * 2, 1.0)
                 trial = {**keep, **chosen, name: up}
-                chosen[name] = up if self._estimate(rate, trial) * correction <= self.bound else now
+                chosen[name] = up if self._estimate(reach, trial) * correction <= self.bound else now
             else:
                 chosen[name] = now
+        intake = self._intake(intake, rate, chosen, correction, plan.feasible)
         return {
-            "keep": {n: x for n, x in chosen.items() if x < 1},
+            "keep": _with_intake({n: x for n, x in chosen.items() if x < 1}, intake),
             "correction": correction,
             "load": load,
             # False: even every drop box at its floor is estimated over the bound (the shared
@@ -263,9 +304,14 @@ class ResourceManager:
         }
 
 
+def _with_intake(keep: dict[str, float], intake: float) -> dict[str, float]:
+    """The queries' fractions and, below 1, the intake box's under ``INTAKE``."""
+    return {**keep, INTAKE: intake} if intake < 1 else keep
+
+
 # -- knobs changed at run time -------------------------------------------------------------------
 #: the ``[resources]`` keys the control file may override while the pipeline runs
-TUNABLE = ("cpu_budget", "reserve", "keep_min", "importance", "keep_min_by_query")
+TUNABLE = ("cpu_budget", "reserve", "keep_min", "importance", "keep_min_by_query", "intake_min")
 
 
 def control_file(cfg: Config) -> Path:

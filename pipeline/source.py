@@ -78,7 +78,7 @@ def kafka_stream(
 
 
 def raw_messages(raw: DataFrame, max_future_s: float = 0.0) -> DataFrame:
-    """Kafka records -> ``value, partition, known, control, horizon_ns``: a row per message, for pyarrow.
+    """Kafka records -> ``value, partition, offset, known, control, horizon_ns``: a row per message.
 
     ``known``: the message's ``netmon.format`` and ``netmon.version`` headers are this wire
     format's; ``control``: its ``netmon.control`` header (null on data messages); ``horizon_ns``
@@ -94,9 +94,12 @@ def raw_messages(raw: DataFrame, max_future_s: float = 0.0) -> DataFrame:
         horizon = (F.unix_micros(F.current_timestamp()) + F.lit(round(max_future_s * 1e6))) * 1000
     else:
         horizon = F.lit(None).cast("long")
+    # The offset places each message for the intake drop box (pipeline.partials.decode_messages).
+    offset = [F.col("offset")] if "offset" in raw.columns else []
     return raw.select(
         F.col("value"),
         F.col("partition"),
+        *offset,
         known.alias("known"),
         _header("netmon.control").alias("control"),
         horizon.alias("horizon_ns"),

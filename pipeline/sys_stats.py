@@ -58,6 +58,7 @@ from netmon.config import Config
 from netmon.results import SHARED_QUERY, results_dir
 from pipeline.batch_sink import CommittingListener, write_table
 from pipeline.joins import control_file
+from pipeline.partials import INTAKE
 from pipeline.shedding_controller import observe_name, read_control
 
 __all__ = [
@@ -112,6 +113,9 @@ SYS_SCHEMA = pa.schema(
         ("shed_fractions", pa.string()),
         ("sample_keep", pa.float64()),
         ("sample_fractions", pa.string()),
+        # the intake drop box (before the decode): its fraction and the records it skipped
+        ("intake", pa.float64()),
+        ("sampled", pa.int64()),
     ]
 )
 
@@ -120,7 +124,8 @@ SYS_SCHEMA = pa.schema(
 class BatchFigures:
     """What the shared query's batch function measured of one micro-batch.
 
-    ``packets``: the packets it decoded (late ones included); ``newest_ns``: the newest event time
+    ``packets``: the records it read (late ones included, and those the intake drop box skipped:
+    ``sampled``, so that the rate is the input's); ``newest_ns``: the newest event time
     of the Kafka partitions it read (records and watermark control messages; None without any);
     ``seconds``: each part's own time (:data:`BATCH_KIND_SECONDS`).
     """
@@ -133,6 +138,8 @@ class BatchFigures:
     #: the join queries' statistics of the batch (``observe_name(query)`` -> sums), when the
     #: joins kind ran on it (``pipeline.joins_batch``); None when it did not
     observed: Mapping[str, Mapping[str, Any]] | None = None
+    #: records the intake drop box skipped before the decode (a part of ``packets``)
+    sampled: int = 0
 
 
 class FiguresSource(Protocol):
@@ -434,6 +441,8 @@ def sys_row(
         "sample_fractions": (
             json.dumps(dict(sorted(sampled.items())), separators=(",", ":")) if sampled else None
         ),
+        "intake": float(figures.keep.get(INTAKE, 1.0)) if figures is not None else None,
+        "sampled": figures.sampled if figures is not None else None,
     }
 
 

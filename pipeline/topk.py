@@ -53,7 +53,7 @@ from analytics.topk_merge import QueryParams, TopKMerge
 from netmon.config import Config, TopKQuery
 from pipeline.batch_sink import write_table
 from pipeline.batch_state import BatchState
-from pipeline.partials import CountSpec
+from pipeline.partials import INTAKE, CountSpec
 from pipeline.topk_state import OUTPUT_SCHEMA, TopKMergeProcessor
 from pipeline.window_knobs import WindowKnobs, window_file
 
@@ -250,10 +250,15 @@ class SlidingTopK:
         self._ks = np.array([p.k for p in params], np.int64)
         #: the drop-box fraction per query in force for the next batch (:meth:`sample`)
         self.keep: dict[str, float] = {}
+        #: the intake drop box's fraction in force for the next batch (before the decode)
+        self.intake = 1.0
+        self._bytes = {q.name for q in self.queries if q.weight == "bytes"}
 
     def sample(self, keep: dict[str, float]) -> None:
-        """The fraction of records each query's drop box keeps in the next batch (absent: 1)."""
-        self.keep = {name: float(x) for name, x in keep.items() if x < 1}
+        """The fraction of records each query's drop box keeps in the next batch (absent: 1), and
+        the intake box's (``INTAKE``): a record reaches a query with their product."""
+        self.intake = float(keep.get(INTAKE, 1.0))
+        self.keep = {name: float(x) for name, x in keep.items() if x < 1 and name != INTAKE}
 
     @property
     def specs(self) -> tuple[CountSpec, ...]:
@@ -265,6 +270,7 @@ class SlidingTopK:
                 q.weight,
                 self.params[q.name].b // _NS_PER_US,
                 keep=self.keep.get(q.name, 1.0),
+                intake=self.intake,
             )
             for q in self.queries
         )
@@ -343,7 +349,9 @@ class SlidingTopK:
             made = merge.add_subwindow(top, index, total)
             if made:
                 out_names.extend([name] * len(made))
-                rows += _with_precision(made, keeps.get(name, []), self.params[name])
+                rows += _with_precision(
+                    made, keeps.get(name, []), self.params[name], interval=name not in self._bytes
+                )
         if watermark_ms is not None:
             for name, by_sw in keeps.items():
                 # A sub-window's fraction matters until the last window holding it is reported:
@@ -380,14 +388,14 @@ class SlidingTopK:
         keeps = {
             name: [(int(lo), int(hi), float(x)) for lo, hi, x in ranges] for name, ranges in saved.items()
         }
-        if not self.keep or max_us is None:
+        if (not self.keep and self.intake >= 1) or max_us is None:
             return keeps
         code = fresh["code"].to_numpy()
         sw = fresh["sw"].to_numpy()
         for c, prefixed in enumerate(self._names):
             name = prefixed.removeprefix(SPEC)
-            x = self.keep.get(name)
-            if x is None:
+            x = self.keep.get(name, 1.0) * self.intake
+            if x >= 1:
                 continue
             b_us = int(self._b_us[c])
             hi = max_us // b_us
@@ -456,11 +464,17 @@ def _closed_top_k(closed: pa.Table, k: np.ndarray) -> Iterator[tuple[int, int, d
 
 
 def _with_precision(
-    made: list[tuple[Any, ...]], keeps: list[tuple[int, int, float]], params: QueryParams
+    made: list[tuple[Any, ...]],
+    keeps: list[tuple[int, int, float]],
+    params: QueryParams,
+    *,
+    interval: bool = True,
 ) -> list[tuple[Any, ...]]:
     """Report rows with ``keep, count_low, count_high``: the window's smallest sub-window fraction
     and the count's interval (``analytics.sampling.count_interval``; itself when exact). A row's
-    window is the span it held (its last element, ``TopKMerge``)."""
+    window is the span it held (its last element, ``TopKMerge``). ``interval=False`` (a query
+    weighted by bytes, sampled only by the intake box): no interval — a byte count's needs the
+    packets' sizes, which the sub-window lists do not keep."""
     out = []
     for row in made:
         closing = row[0] // params.b - 1
@@ -471,6 +485,8 @@ def _with_precision(
             out.append((*row, x, None, None))
         elif x >= 1:
             out.append((*row, x, count, count))
+        elif not interval:
+            out.append((*row, x, None, None))
         else:
             low, high = count_interval(count, x)
             out.append((*row, x, math.floor(low), math.ceil(high)))

@@ -68,6 +68,9 @@ class ResourcesConfig:
     importance: dict[str, float] = field(default_factory=dict)
     #: per-query lowest fraction, by query name (default ``keep_min``): 1 exempts a query
     keep_min_by_query: dict[str, float] = field(default_factory=dict)
+    #: the lowest fraction of records the intake drop box keeps before the decode, used only when
+    #: every query's drop box at its floor is not enough (1: never sample before the decode)
+    intake_min: float = 0.0625
     #: when > 0, ``netmon pipeline`` admits the configured queries at this input rate (packets/s)
     #: and refuses, in one line each, those whose estimate does not fit the budgets (seed 004 §4.1)
     admission_rate_pps: float = 0.0
@@ -87,6 +90,8 @@ class ResourcesConfig:
         expect(ok, where, "sub_window_max_factor", "a number >= 1", factor)
         ok = isinstance(self.keep_min, float | int) and 0 < self.keep_min <= 1
         expect(ok, where, "keep_min", "a fraction in (0, 1]", self.keep_min)
+        ok = isinstance(self.intake_min, float | int) and not isinstance(self.intake_min, bool)
+        expect(ok and 0 < self.intake_min <= 1, where, "intake_min", "a fraction in (0, 1]", self.intake_min)
         expect(isinstance(self.manage, bool), where, "manage", "true or false", self.manage)
         for name, value in self.importance.items():
             ok = isinstance(value, float | int) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,11 +1,13 @@
 """The resource manager on the real broker and real Spark (issue 18 items 5–6): with a budget
 the shared query cannot meet, the packet-weighted top-k and the distinct queries go behind drop
 boxes, every row says the fraction it was computed at, and the intervals cover the true counts of
-the capture."""
+the capture. When even those boxes at their floor are not enough, the intake box samples the
+records before the decode, and every kind's intervals still cover the truth."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -45,7 +47,8 @@ def test_drop_boxes_under_a_budget_the_query_cannot_meet(
 ) -> None:
     cfg = _config(netmon_config, tmp_path, "netmon.test.overload", partitions=1).replace(
         pipeline={"max_batch_messages": 4},
-        resources={"manage": True, "cpu_budget": 0.001, "keep_min": 0.2},
+        # the query boxes alone (the intake box: the next test)
+        resources={"manage": True, "cpu_budget": 0.001, "keep_min": 0.2, "intake_min": 1.0},
     )
     acked = _replay(cfg, SAMPLE, records_per_message=100)
     pipeline = start_pipeline(spark, cfg, kinds=("traffic", "topk", "distinct", "sys"))
@@ -120,3 +123,81 @@ def _true_distinct(capture: pa.Table, count: str, group_by: str, window_ns: int)
         return len({items[i] for i in inside if groups[i] == group and items[i]})
 
     return truth
+
+
+def test_the_intake_box_when_the_query_boxes_are_not_enough(
+    spark, kafka_bootstrap, netmon_config, tmp_path: Path
+) -> None:
+    cfg = _config(netmon_config, tmp_path, "netmon.test.intake", partitions=1).replace(
+        pipeline={"max_batch_messages": 4},
+        # the query boxes exempt (floor 1): the intake box is the only sampling, down to 1/4
+        resources={"manage": True, "cpu_budget": 0.001, "keep_min": 1.0, "intake_min": 0.25},
+    )
+    acked = _replay(cfg, SAMPLE, records_per_message=100)
+    pipeline = start_pipeline(spark, cfg, kinds=("traffic", "topk", "distinct", "sys"))
+    try:
+        deadline = time.monotonic() + 480
+        while time.monotonic() < deadline:  # every record read, most of them not decoded
+            pipeline.poll()
+            assert pipeline.failed() is None, pipeline.failed()
+            st = pipeline.stats.get("traffic")
+            if st is not None and st.packets + st.sampled >= acked:
+                break
+            time.sleep(1.0)
+        pipeline.process_all_available()
+    finally:
+        pipeline.stop()
+    sys_rows = sorted(
+        (r for r in read_results(results_dir(cfg, "sys")).to_pylist() if r["query"] == "packets"),
+        key=lambda r: r["batch_id"],
+    )
+    # every record was read: decoded or skipped by the intake box, which fell to its floor
+    assert sum(r["packets"] for r in sys_rows) == acked
+    assert sum(r["sampled"] for r in sys_rows) > 0
+    intakes = [r["intake"] for r in sys_rows]
+    assert intakes[0] == 1.0 and 0.25 in intakes and set(intakes) <= {1.0, 0.5, 0.25}
+    capture = pa.Table.from_batches(list(read_records(SAMPLE)), schema=ARROW_SCHEMA)
+
+    # traffic: per (window, protocol), the interval around the brute-force count
+    traffic = read_results(results_dir(cfg, "traffic")).to_pylist()
+    window_ns = round(cfg.pipeline.traffic_window_s * 1e9)
+    ts = capture.column("ts").cast(pa.int64()).to_numpy()
+    protos = capture.column("proto").to_pylist()
+    truth = Counter((int(t) // window_ns * window_ns, p) for t, p in zip(ts, protos, strict=True))
+    sampled = [r for r in traffic if r["keep"] < 1]
+    assert sampled and {r["keep"] for r in sampled} <= {0.5, 0.25}
+    covered = sum(
+        r["packets_low"] <= truth[(_ns(r["window_start"]), r["proto"])] <= r["packets_high"] for r in sampled
+    )
+    assert covered / len(sampled) >= 0.9, (covered, len(sampled))
+
+    # top-k (packets): each sampled row's interval at its fraction (the box's times the intake's)
+    topk = read_results(results_dir(cfg, "topk")).to_pylist()
+    covered = total = 0
+    for q in cfg.queries.topk:
+        mine = [r for r in topk if r["query"] == q.name and r["count"] is not None and r["keep"] < 1]
+        if q.weight != "packets":
+            assert all(r["count_low"] is None for r in mine)  # a byte count has no interval
+            continue
+        counts = _true_counts(capture, q.key, round(q.window_s * 1e9), {_ns(r["window_end"]) for r in mine})
+        for r in mine:
+            total += 1
+            covered += r["count_low"] <= counts[(_ns(r["window_end"]), r["key"])] <= r["count_high"]
+    assert total >= 20, total
+    assert covered / total >= 0.9, (covered, total)
+
+    # distinct: the interval widened for a record sample, around the exact count
+    distinct = read_results(results_dir(cfg, "distinct")).to_pylist()
+    covered = total = 0
+    for q in cfg.queries.distinct:
+        exact = _true_distinct(capture, q.count, q.group_by, round(q.window_s * 1e9))
+        for r in distinct:
+            if r["query"] == q.name and r["keep"] < 1:
+                total += 1
+                covered += r["distinct_low"] <= exact(_ns(r["window_end"]), r["group"]) <= r["distinct_high"]
+    assert total >= 20, total
+    assert covered / total >= 0.85, (covered, total)
+
+
+def _ns(timestamp: object) -> int:
+    return int(pc.cast(pa.scalar(timestamp), pa.int64()).as_py()) * 1000

@@ -87,6 +87,7 @@ def test_python_decode_equals_sparks_decode(spark) -> None:
 
     assert set(totals) == set(TOTALS)
     assert totals.pop("late") == 0  # no watermark delay given: nothing is late
+    assert totals.pop("sampled") == 0  # no intake drop box
     assert totals == counts
     assert counts["malformed"] >= 10 and counts["future"] == 2 and counts["control"] == 1
     assert rows_of(rows) == rows_of(kept)

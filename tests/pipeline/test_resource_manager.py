@@ -14,6 +14,7 @@ from analytics.cost_model import DEFAULT_CONSTANTS, CostModel, Workload, load_co
 from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
+from pipeline.partials import INTAKE
 from pipeline.resource_manager import (
     ResourceManager,
     admit,
@@ -239,3 +240,42 @@ def test_admission_refuses_what_does_not_fit_naming_the_estimate_and_the_budget(
     for name, line in refused.items():
         assert "\n" not in line and line.startswith(f"query {name!r} refused: estimated CPU ")
         assert f"budget {tight.resources.cpu_bound:.3g} s/s" in line and "at 100000 packets/s" in line
+
+
+def test_the_intake_box_is_the_last_resort_and_the_first_knob_reversed(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock, intake_min=0.05)
+    # A load no drop box after the decode can bring under the bound: batches of 3 s back to back
+    # (load 1, measured over the time since the previous batch began), whatever the fractions.
+    heavy = [(200_000, 3.0)] * 10
+    light = [(20_000, 0.05)] * 12
+    got = _run(m, clock, heavy + light)
+    floor = m.intake_floor
+    assert floor == 0.0625
+    first = next(i for i, keep in enumerate(got) if INTAKE in keep)
+    # only once every query's box is at its floor
+    assert all(got[first].get(n) == m.lower(n) for n in m.names), got[first]
+    for keep in got:
+        assert set(keep) <= {*m.names, INTAKE}
+        assert keep.get(INTAKE, 1.0) in (1.0, 0.5, 0.25, 0.125, 0.0625)
+    # the load never fell: it halves (at most) per batch down to its floor, never below
+    intakes = [keep.get(INTAKE, 1.0) for keep in got[: len(heavy)]]
+    assert all(b in (a, a / 2, floor) and b <= a for a, b in zip(intakes, intakes[1:], strict=False))
+    assert intakes[-1] == floor
+    # Once the load falls it rises one step per batch, and the queries' boxes stay where they are
+    # until it is back at 1.
+    after = got[len(heavy) :]
+    for a, b in zip(after, after[1:], strict=False):
+        x, y = a.get(INTAKE, 1.0), b.get(INTAKE, 1.0)
+        assert y in (x, min(2 * x, 1.0)), (a, b)
+        if x < 1:
+            assert {n: b.get(n, 1.0) for n in m.names} == {n: a.get(n, 1.0) for n in m.names}
+    assert any(INTAKE not in keep and keep for keep in after)  # queries reversed after the intake
+    assert after[-1] == {}
+
+
+def test_intake_min_of_one_never_samples_before_the_decode(tmp_path: Path) -> None:
+    clock = Clock()
+    m = _manager(tmp_path, clock, intake_min=1.0)
+    got = _run(m, clock, [(200_000, 3.0)] * 6)
+    assert all(INTAKE not in keep for keep in got) and got[-1]

@@ -21,6 +21,7 @@ import pytest
 
 from netmon.config import Config, JoinQuery
 from netmon.results import COMMITS, read_results, result_files
+from pipeline.partials import INTAKE
 from pipeline.shedding_controller import write_control
 from pipeline.sys_stats import SYS_SCHEMA, BatchFigures, Knobs, SysListener, kafka_lag, sys_row
 
@@ -204,6 +205,8 @@ EXPECTED_PACKETS = {
     "shed_fractions": None,
     "sample_keep": 1.0,  # no drop box: every top-k query exact
     "sample_fractions": None,
+    "intake": 1.0,  # no intake drop box: every record decoded
+    "sampled": 0,
 }
 EXPECTED_JOINS = {
     "query": "joins",
@@ -237,6 +240,8 @@ EXPECTED_JOINS = {
     "shed_fractions": '{"handshake":[1.0,1.0],"link":[0.5,0.25]}',
     "sample_keep": None,  # the joins query has no drop box (PNI sheds it)
     "sample_fractions": None,
+    "intake": None,
+    "sampled": None,
 }
 
 
@@ -444,3 +449,15 @@ def test_the_sys_kind_follows_every_kind_that_runs_a_query() -> None:
         ResultKind("x", listener=start_sys)
     with pytest.raises(ValueError, match="follows kinds"):
         ResultKind("y", stream=lambda spark, cfg: {}, follows=("joins",))
+
+
+def test_a_batch_behind_the_intake_box_says_its_fraction_and_what_it_skipped(tmp_path: Path) -> None:
+    figures = BatchFigures(
+        packets=40_000, newest_ns=FIGURES.newest_ns, keep={"top-pairs": 0.5, INTAKE: 0.25}, sampled=30_000
+    )
+    row = sys_row(copy.deepcopy(PACKETS), Knobs.of(config(tmp_path)), figures)
+    assert row is not None
+    # the rate is the input's: every record read, the skipped ones included
+    assert (row["packets"], row["sampled"], row["intake"]) == (40_000, 30_000, 0.25)
+    assert row["sample_keep"] == 0.25
+    assert json.loads(row["sample_fractions"]) == {"(intake)": 0.25, "top-pairs": 0.5}
