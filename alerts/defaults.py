@@ -177,6 +177,7 @@ DETECTION_RULES: tuple[AlertRule, ...] = (
     AlertRule(
         name="port-scan",
         source="features",
+        exact_only=True,  # a record sample drops answers: attempts would look failed
         query="src",
         field="vertical",
         op=">=",
@@ -198,6 +199,7 @@ DETECTION_RULES: tuple[AlertRule, ...] = (
     AlertRule(
         name="host-scan",
         source="features",
+        exact_only=True,  # a record sample drops answers: attempts would look failed
         query="src",
         field="horizontal",
         op=">=",
@@ -240,6 +242,7 @@ DETECTION_RULES: tuple[AlertRule, ...] = (
     AlertRule(
         name="syn-flood",
         source="features",
+        exact_only=True,  # a record sample drops answers: attempts would look failed
         query="dst",
         field="half_open",
         op=">=",

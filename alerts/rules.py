@@ -220,6 +220,8 @@ def _compare(value: float, op: str, threshold: float) -> bool:
 
 
 def _passes(rule: AlertRule, row: Mapping[str, Any]) -> bool:
+    if rule.exact_only and row.get("keep") is not None and (_number("keep", row["keep"]) or 0.0) < 1:
+        return False  # computed from a sample: the rule's value is not to be trusted on it
     for column, wanted in rule.where.items():
         if column not in row:
             raise RuleError(f"where: no column {column!r} in the row")

@@ -56,7 +56,7 @@ from netmon.config import Config
 from netmon.records import ARROW_SCHEMA
 from pipeline.batch_sink import write_table
 from pipeline.batch_state import BatchState, read_arrow, write_arrow
-from pipeline.partials import CountSpec, RowsSpec, rows_of
+from pipeline.partials import INTAKE, CountSpec, RowsSpec, rows_of
 
 __all__ = [
     "CONTROL_SPEC",
@@ -113,6 +113,10 @@ OUTPUT_SCHEMA = pa.schema(
         ("half_open", pa.int64()),
         ("half_open_sources", pa.int64()),
         ("half_open_ratio", pa.float64()),
+        # 1: every record of the window read; below: the intake drop box's smallest fraction over
+        # the window (its counts scaled, its failures and half-open SYNs inflated: answers are
+        # dropped too; the scan and SYN-flood rules skip such rows, ``exact_only``)
+        ("keep", pa.float64()),
     ]
 )
 
@@ -165,12 +169,18 @@ class SlidingFeatures:
         self.late_rows = 0
         #: the buffer this process wrote last: its name, pairs and control records
         self._held: tuple[str, pa.Table, pa.Table] | None = None
+        #: the intake drop box's fraction in force for the next batch (:meth:`sample`)
+        self.intake = 1.0
+
+    def sample(self, keep: dict[str, float]) -> None:
+        """The drop boxes' fractions of the next batch: the features read only the intake box's."""
+        self.intake = float(keep.get(INTAKE, 1.0))
 
     @property
     def specs(self) -> tuple[CountSpec | RowsSpec, ...]:
         """Stage 1: packets per (window, ``dst,src``); the control records with both addresses."""
         return (
-            CountSpec(PAIRS_SPEC, ("dst_ip", "src_ip"), "packets", self.window_us),
+            CountSpec(PAIRS_SPEC, ("dst_ip", "src_ip"), "packets", self.window_us, intake=self.intake),
             RowsSpec(CONTROL_SPEC, _CONTROL_FIELDS, required=("src_ip", "dst_ip"), select=control_records),
         )
 
@@ -194,6 +204,13 @@ class SlidingFeatures:
             pairs = pairs.filter(pc.invert(stale))
             if control is not None:
                 control = control.filter(pc.greater_equal(control["ts"], open_before * self.window_us))
+        keeps = [(int(lo), int(hi), float(x)) for lo, hi, x in before.get("keeps", [])]
+        if self.intake < 1 and max_us is not None:
+            # every window this batch's records could reach was read at the fraction
+            windows = pairs["w"].to_pylist()
+            hi = max_us // self.window_us
+            lo = open_before if open_before is not None else min(windows, default=hi)
+            keeps.append((lo, hi, self.intake))
         held_pairs, held_control = self._load(before["buffer"])
         pairs = pa.concat_tables([held_pairs, pairs])
         if pairs.num_rows:
@@ -219,6 +236,7 @@ class SlidingFeatures:
                 # the control records of the closing windows and the answers to their SYNs
                 answers = pc.less(control["ts"], first_open * self.window_us + self.timeout_us)
                 rows = self._features(pairs.filter(closing), control.filter(answers), newest, first_open)
+                rows = rows.set_column(rows.schema.get_field_index("keep"), "keep", self._keep(rows, keeps))
             pairs = pairs.filter(pc.invert(closing))
             control = control.filter(pc.greater_equal(control["ts"], first_open * self.window_us))
         write_table(rows, self.results, batch_id)
@@ -226,7 +244,12 @@ class SlidingFeatures:
         write_arrow(pairs, self.store / f"pairs-{buffer}.arrow")
         write_arrow(control, self.store / f"control-{buffer}.arrow")
         self._held = (buffer, pairs, control)
-        self.state.save(batch_id, {"watermark_ms": watermark_ms, "newest_us": newest, "buffer": buffer})
+        if first_open is not None:  # a range matters while a window it reached may still close
+            keeps = [r for r in keeps if r[1] >= first_open]
+        saved: dict[str, Any] = {"watermark_ms": watermark_ms, "newest_us": newest, "buffer": buffer}
+        if keeps:
+            saved["keeps"] = [list(r) for r in keeps]
+        self.state.save(batch_id, saved)
         self._drop_buffers(keep={buffer, before["buffer"]})
         self.late_rows += late
         log.debug(
@@ -257,6 +280,14 @@ class SlidingFeatures:
             time=lambda ns: ns // 1000,
         )
         return _rows(found)
+
+    def _keep(self, rows: pa.Table, keeps: list[tuple[int, int, float]]) -> pa.Array:
+        """Each row's fraction: the smallest of the intake marks reaching its window (1: none)."""
+        starts = pc.cast(rows["window_start"], pa.int64()).to_pylist()
+        windows = [start // self.window_us for start in starts]
+        return pa.array(
+            [min((x for lo, hi, x in keeps if lo <= w <= hi), default=1.0) for w in windows], pa.float64()
+        )
 
     def _load(self, buffer: str | None) -> tuple[pa.Table, pa.Table]:
         if buffer is None:

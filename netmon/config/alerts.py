@@ -163,6 +163,9 @@ class AlertRule:
     alpha: float = 0.1
     #: baseline: further columns that must rise above their own band too (e.g. ``packets``)
     also: tuple[str, ...] = ()
+    #: skip rows computed from a sample (their ``keep`` below 1: the resource manager's intake
+    #: drop box): for values a sample inflates, e.g. failed connections, whose answers it drops
+    exact_only: bool = False
 
     def __post_init__(self) -> None:
         where = f"[[alerts.rules]] {self.name!r}"
@@ -182,6 +185,8 @@ class AlertRule:
                 object.__setattr__(self, name, float(value))
         if not self.name.strip():
             raise ConfigError("[[alerts.rules]]: name must not be empty")
+        if not isinstance(self.exact_only, bool):
+            raise ConfigError(f"{where} exact_only: expected true or false, got {self.exact_only!r}")
         if self.source not in KINDS:
             raise ConfigError(f"{where} source: expected one of {', '.join(KINDS)}, got {self.source!r}")
         if not self.field.strip() and self.aggregate != "count":

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from alerts.defaults import DEFAULT_RULES
+from alerts.defaults import DEFAULT_RULES, DETECTION_RULES
 from alerts.rules import RuleEngine, alert_id, event_time
 from netmon.config import AlertRule
 from tests.alerts.helpers import T0, at, distinct_row
@@ -479,3 +479,23 @@ def test_an_unexpected_error_in_one_rule_is_that_rules_problem(monkeypatch: pyte
     assert [n.rule for n in out] == ["ddos"]
     assert engine.problems["boom"].message == "unexpected ZeroDivisionError: a bug"
     assert engine.problems["boom"].count == 1
+
+
+def test_an_exact_only_rule_skips_rows_computed_from_a_sample() -> None:
+    syn = next(r for r in DETECTION_RULES if r.name == "syn-flood")
+    assert syn.exact_only and next(r for r in DETECTION_RULES if r.name == "ddos").exact_only is False
+
+    def dst(t: int, half_open: int, keep: float | None) -> dict:
+        row = {"query": "dst", "window_end": at(t), "subject": "10.0.0.5", "half_open": half_open}
+        row |= {"half_open_ratio": 0.9}
+        return row if keep is None else row | {"keep": keep}
+
+    # Sampled windows (keep 1/4: answers dropped, half-open inflated) are skipped; exact ones and
+    # rows without the column (an older pipeline's, the offline command's) are read.
+    for keep_of in ({1: 0.25, 2: 0.25}, {1: 1.0, 2: 1.0}, {1: None, 2: None}):
+        engine = RuleEngine([AlertRule(**{**_kwargs(syn), "cooldown_s": 0})])
+        out = feed(engine, "features", [dst(t, 500, keep_of[t]) for t in (1, 2)])
+        fired = [(n.status, n.subject) for n in out]
+        assert fired == ([] if keep_of[1] == 0.25 else [("firing", "10.0.0.5")])
+    with pytest.raises(ValueError, match="exact_only: expected true or false"):
+        AlertRule(**{**_kwargs(syn), "exact_only": "yes"})

@@ -81,6 +81,7 @@ def test_the_features_rows_of_a_port_scan_equal_feature_rows(
     keys = lambda r: (r["query"], r["window_end"], r["subject"])  # noqa: E731
     assert sorted(map(keys, published)) == sorted(map(keys, expected))
     src = next(r for r in published if r["query"] == "src" and r["vertical"] >= 15)
+    assert src.pop("keep") == 1.0  # every record read
     assert {k: v for k, v in src.items() if v is not None} == next(
         r for r in expected if keys(r) == keys(src)
     )

@@ -30,7 +30,7 @@ from pipeline.distinct import SlidingDistinct, chains_of, offline_query
 from pipeline.partials import INTAKE, decode_messages, merge_partials, partials_of
 from pipeline.topk import SlidingTopK
 from pipeline.traffic import SlidingTraffic
-from tests.analytics.test_intake import oracle_lines
+from tests.analytics.test_intake import oracle_hash, oracle_lines
 from tests.pipeline.test_batch_kinds import S, apply_one, brute_traffic, control, cuts, records
 from tests.pipeline.test_topk_sampled import _offline, _reports
 
@@ -41,8 +41,6 @@ BOUND = int(R * 2.0**64)
 def _intake(batches: list[list[dict]], first: int) -> list[list[dict]]:
     """Batches from ``first`` on as the intake box leaves them: record i of batch b is at offset b,
     line i (the oracle's hash)."""
-    from tests.analytics.test_intake import oracle_hash
-
     return [
         [r for i, r in enumerate(rows) if r["is_control"] or oracle_hash(0, b, i) < BOUND]
         if b >= first
@@ -235,3 +233,65 @@ def test_distinct_intervals_widen_for_a_record_sample_and_cover_the_exact_counts
     assert covered / inside >= 0.95, (covered, inside)
     # a Counter of how often the regulars repeat: the premise of the test
     assert Counter(r["src_ip"] for r in rows).most_common(1)[0][1] > 10
+
+
+def test_features_rows_say_the_intake_fraction_and_their_counts_are_scaled(tmp_path: Path) -> None:
+    from analytics.alert_features import feature_rows
+    from pipeline.features import SlidingFeatures
+    from tests.pipeline.test_features_kind import apply_one as apply_features
+    from tests.pipeline.test_features_kind import as_feature_rows, decoded, order, records_of
+    from tests.pipeline.test_features_kind import control as control_row
+    from tests.pipeline.test_features_kind import cuts as cut_rows
+
+    capture = tmp_path / "port-scan.pcap"
+    generate(capture, scenario="port-scan", packets=20_000, seed=3, duration_s=60)
+    rows = decoded(capture, extra=False)
+    batches = cut_rows(rows, 7, n=10)
+    last_us = int(rows["ts"].cast(pa.int64())[-1].as_py())
+    batches[-1] = control_row(last_us + 100 * S)
+    first = len(batches) // 2
+    kept = [
+        b
+        if i < first
+        else b.filter(pa.array([oracle_hash(0, i, j) < BOUND for j in range(b.num_rows)], pa.bool_()))
+        for i, b in enumerate(batches)
+    ]
+    kind = SlidingFeatures(
+        tmp_path / "results", tmp_path / "checkpoint", window_s=5.0, timeout_s=3.0, top=100, watermark_ms=5000
+    )
+    for i, batch in enumerate(kept):
+        kind.sample({INTAKE: R} if first <= i < len(batches) - 1 else {})
+        apply_features(kind, batch, i)
+    table = read_results(tmp_path / "results")
+    got = table.to_pylist()
+    start_us = int(batches[first]["ts"].cast(pa.int64())[0].as_py())
+    window = 5 * S
+    # windows closed before the first sampled record: exact, and equal to the offline rows
+    exact_rows = [r for r in got if _us(r["window_end"]) + 3 * S <= start_us - 5 * S]
+    assert exact_rows and all(r["keep"] == 1.0 for r in exact_rows)
+    offline = {order(r): r for r in feature_rows([records_of(rows)], window_s=5.0, timeout_s=3.0, top=100)}
+    for r in as_feature_rows(table.filter(pa.array([r in exact_rows for r in got]))):
+        assert r == offline[order(r)]
+    # windows a sampled record fell in: the fraction, and the window's total scaled by 1/R
+    reached = {t // window for t in pa.concat_tables(batches[first:-1])["ts"].cast(pa.int64()).to_pylist()}
+    sampled = [r for r in got if _us(r["window_start"]) // window in reached]
+    assert sampled and all(r["keep"] == R for r in sampled)
+    kept_all = pa.concat_tables(kept[first:-1])
+    per_window = Counter(
+        t // window
+        for t, s, d in zip(
+            kept_all["ts"].cast(pa.int64()).to_pylist(),
+            kept_all["src_ip"].to_pylist(),
+            kept_all["dst_ip"].to_pylist(),
+            strict=True,
+        )
+        if s is not None and d is not None
+    )
+    whole = [r for r in sampled if _us(r["window_start"]) >= start_us and r["query"] == "src"]
+    assert whole
+    for r in whole:
+        assert r["total"] == per_window[_us(r["window_start"]) // window] * round(1 / R)
+
+
+def _us(t: datetime) -> int:
+    return round(t.timestamp() * S)
