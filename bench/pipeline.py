@@ -286,7 +286,8 @@ def _at_rate(
         "produce_s": round(produced_s, 1),
         # The rate the producer held: below ``rate``, the run measured less than it claims.
         "produced_pps": round(summary.get("acknowledged", 0) / max(produced_s, 1e-9)),
-        "processed_packets": getattr(stats, "packets", None),
+        # every record read: decoded, or skipped by the intake drop box (``sampled``)
+        "processed_packets": None if stats is None else stats.packets + stats.sampled,
         "lag_samples": [(round(t, 1), lag) for t, lag in lags],
         "lag_max": max((lag for _, lag in lags), default=None),
         "lag_end": lags[-1][1] if lags else None,
@@ -362,16 +363,17 @@ def _drop_boxes(cfg: Any) -> dict[str, Any]:
     table = read_results(results_dir(cfg, "sys"))
     if table is None or "sample_keep" not in table.column_names:
         return {}
-    keeps = [
-        r["sample_keep"]
-        for r in table.to_pylist()
-        if r["query"] == SHARED_QUERY and r["sample_keep"] is not None
-    ]
+    rows = [r for r in table.to_pylist() if r["query"] == SHARED_QUERY and r["sample_keep"] is not None]
+    keeps = [r["sample_keep"] for r in rows]
     if not keeps:
         return {}
+    intakes = [r.get("intake") or 1.0 for r in rows]
     return {
         "sampled_batches": round(sum(k < 1 for k in keeps) / len(keeps), 3),
         "sample_keep_min": min(keeps),
+        # the intake drop box (before the decode): batches behind it and its smallest fraction
+        "intake_batches": round(sum(x < 1 for x in intakes) / len(intakes), 3),
+        "intake_min": min(intakes),
     }
 
 
@@ -575,7 +577,8 @@ def format_report(result: dict[str, Any]) -> list[str]:
                 f"driver JVM {r['driver_jvm_rss_mb']} MB"
                 + (
                     f"; drop boxes in {r['sampled_batches']:.0%} of batches, smallest fraction "
-                    f"{r['sample_keep_min']:g}"
+                    f"{r['sample_keep_min']:g}; intake box in {r.get('intake_batches', 0):.0%}, "
+                    f"smallest {r.get('intake_min', 1):g}"
                     if "sampled_batches" in r
                     else ""
                 )

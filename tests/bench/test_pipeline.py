@@ -64,8 +64,12 @@ def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None
     assert result["manage"] is True
     (run,) = result["scenarios"]["baseline"]["rates"]
     assert 0 < run["sampled_batches"] < 1  # the first batch has nothing measured before it
-    assert run["sample_keep_min"] == 0.125  # keep_min 0.1: the power of two above it
+    # keep_min 0.1: the power of two above it; then the intake box, every query at its floor
+    assert 0 < run["intake_batches"] <= run["sampled_batches"]
+    assert run["intake_min"] < 1 and run["sample_keep_min"] == min(0.125, run["intake_min"])
+    assert run["processed_packets"] == run["produced"]  # every record read, decoded or skipped
     assert "drop boxes in " in "\n".join(format_report(result))
+    assert "intake box in " in "\n".join(format_report(result))
     # the cost model beside what the run measured, part by part (issue 18's ±25 % check)
     model = run["model"]
     assert {"stage1", "traffic", "topk", "distinct", "joins"} <= set(model)
