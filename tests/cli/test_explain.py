@@ -130,6 +130,7 @@ def test_measured_values_from_the_pipeline_status(tmp_path: Path) -> None:
         ),
         ("reserve = 1.0", "[resources] reserve: expected a fraction in [0, 1), got 1.0"),
         ("keep_min = 0.0", "[resources] keep_min: expected a fraction in (0, 1], got 0.0"),
+        ("intake_min = 1.5", "[resources] intake_min: expected a fraction in (0, 1], got 1.5"),
         (
             "window_min_fraction = 2.0",
             "[resources] window_min_fraction: expected a fraction in (0, 1], got 2.0",
