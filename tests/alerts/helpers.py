@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
+from pathlib import Path
 
+from alerts.offline import Episode
+from alerts.outbox import Outbox, outbox_path
 from netmon.config import Config
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -65,3 +69,18 @@ def produce_raw(cfg: Config, kind: str, records: list[tuple[bytes | None, list[t
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=10)
+
+
+def assert_outbox_episodes(state_dir: Path, offline: Sequence[Episode]) -> None:
+    """The alerts the service wrote to its outbox under ``state_dir`` are exactly the ``offline``
+    episodes (rule, subject, first and last report, peak value)."""
+    with Outbox(outbox_path(state_dir), readonly=True) as outbox:
+        streamed = [
+            Episode(a["rule"], a["severity"], a["subject"], a["first_seen"], a["last_seen"], a["peak"])
+            for a in outbox.alerts()
+        ]
+
+    def key(e: Episode) -> tuple:
+        return (e.rule, e.subject, e.first, e.last, e.value)
+
+    assert sorted(map(key, streamed)) == sorted(map(key, offline))

@@ -15,13 +15,13 @@ import pytest
 
 from alerts.defaults import DETECTION_RULES
 from alerts.evaluation import score
-from alerts.offline import FEATURES, Episode, analyze_capture, episodes_from_rows, read_frame
-from alerts.outbox import Outbox, outbox_path
+from alerts.offline import FEATURES, analyze_capture, episodes_from_rows, read_frame
 from alerts.rules import _parse_time
 from alerts.service import AlertService, result_topic
 from analytics.alert_features import feature_rows
 from ingest.generate import generate
 from netmon.config import AlertsConfig, Config
+from tests.alerts.helpers import assert_outbox_episodes
 from tests.alerts.test_service_rows import FakeConsumer
 
 ALERTS = AlertsConfig()
@@ -101,13 +101,7 @@ def test_the_streaming_service_gives_the_offline_episodes_across_a_restart(
                 service.poll_once(0)
         finally:
             service.close()
-    with Outbox(outbox_path(state_cfg.paths.state_dir), readonly=True) as outbox:
-        streamed = [
-            Episode(a["rule"], a["severity"], a["subject"], a["first_seen"], a["last_seen"], a["peak"])
-            for a in outbox.alerts()
-        ]
-    key = lambda e: (e.rule, e.subject, e.first, e.last, e.value)  # noqa: E731
-    assert sorted(map(key, streamed)) == sorted(map(key, offline))
+    assert_outbox_episodes(state_cfg.paths.state_dir, offline)
 
 
 def test_a_horizontal_scan_raises_host_scan_and_a_busy_client_does_not() -> None:

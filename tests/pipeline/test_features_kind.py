@@ -21,8 +21,7 @@ import pyarrow as pa
 import pytest
 
 from alerts.defaults import DETECTION_RULES
-from alerts.offline import FEATURES, Episode, analyze_capture, episodes_from_rows
-from alerts.outbox import Outbox, outbox_path
+from alerts.offline import FEATURES, analyze_capture, episodes_from_rows
 from alerts.service import AlertService, result_topic
 from analytics.alert_features import _iso, feature_rows
 from ingest.generate import generate
@@ -34,6 +33,7 @@ from pipeline.features import DST_COLUMNS, SRC_COLUMNS, SlidingFeatures
 from pipeline.partials import merge_partials, partials_of
 from pipeline.publish import RESULT_VERSION
 from pipeline.result_json import json_lines
+from tests.alerts.helpers import assert_outbox_episodes
 from tests.alerts.test_service_rows import FakeConsumer
 
 S = 1_000_000  # microseconds per second
@@ -251,13 +251,7 @@ def test_the_service_on_the_published_rows_raises_the_offline_episodes(
         assert service.totals.bad == 0
     finally:
         service.close()
-    with Outbox(outbox_path(state_cfg.paths.state_dir), readonly=True) as outbox:
-        streamed = [
-            Episode(a["rule"], a["severity"], a["subject"], a["first_seen"], a["last_seen"], a["peak"])
-            for a in outbox.alerts()
-        ]
-    key = lambda e: (e.rule, e.subject, e.first, e.last, e.value)  # noqa: E731
-    assert sorted(map(key, streamed)) == sorted(map(key, offline))
+    assert_outbox_episodes(state_cfg.paths.state_dir, offline)
 
 
 def test_a_window_row_is_published_as_json_with_the_feature_columns(tmp_path: Path) -> None:

@@ -12,8 +12,7 @@ import pyarrow as pa
 import pytest
 
 from alerts.defaults import DETECTION_RULES
-from alerts.offline import Episode, analyze_capture
-from alerts.outbox import Outbox, outbox_path
+from alerts.offline import analyze_capture
 from alerts.service import AlertService
 from analytics.alert_features import feature_rows
 from ingest.generate import generate
@@ -23,6 +22,7 @@ from netmon.config import AlertsConfig, Config
 from netmon.kafka_admin import recreate_topic
 from netmon.results import message_rows, read_results, results_dir
 from pipeline.job import start_pipeline
+from tests.alerts.helpers import assert_outbox_episodes
 from tests.pipeline.test_features_kind import as_feature_rows, order
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -93,10 +93,4 @@ def test_the_features_rows_of_a_port_scan_equal_feature_rows(
     service = AlertService(cfg, alerts, rules=DETECTION_RULES)
     service.run(idle_exit_s=5.0)
     assert service.totals.bad == 0
-    with Outbox(outbox_path(cfg.paths.state_dir), readonly=True) as outbox:
-        streamed = [
-            Episode(a["rule"], a["severity"], a["subject"], a["first_seen"], a["last_seen"], a["peak"])
-            for a in outbox.alerts()
-        ]
-    key = lambda e: (e.rule, e.subject, e.first, e.last, e.value)  # noqa: E731
-    assert sorted(map(key, streamed)) == sorted(map(key, offline))
+    assert_outbox_episodes(cfg.paths.state_dir, offline)
