@@ -5,7 +5,9 @@ per-page siblings ``data_topk``, ``data_distinct``, ``data_joins``, ``data_resou
 ``data_pipeline`` and ``data_alerts``, which read committed results with pyarrow (and the alert
 outbox with SQLite), never Spark. Results reads are bounded to the page's time range (the sidebar's
 picker, ``time_range``, one for every page): ``bounded`` opens only the files whose rows can lie
-in it. ``server`` starts Streamlit for ``netmon dashboard`` and ``netmon demo``.
+in it. A long series is cut to a bounded number of points per line (``buckets``) and drawn as a
+Plotly figure built directly (``charts``). ``server`` starts Streamlit for ``netmon dashboard`` and
+``netmon demo``.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).
@@ -16,6 +18,8 @@ Floor 4 of the house (README, "Architecture"): it stands on ``alerts``, ``analyt
 
 __all__ = [
     "bounded",
+    "buckets",
+    "charts",
     "data",
     "data_alerts",
     "data_distinct",

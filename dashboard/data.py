@@ -17,11 +17,21 @@ from typing import ParamSpec, TypeVar
 import pandas as pd
 import streamlit as st
 
-from dashboard import bounded
+from dashboard import bounded, buckets
 from netmon.config import Config, load_config
 from netmon.results import results_dir, status_file
 
-__all__ = ["PROTOCOLS", "cache_ttl", "cached", "config", "newest", "pipeline_status", "read_range", "traffic"]
+__all__ = [
+    "PROTOCOLS",
+    "cache_ttl",
+    "cached",
+    "config",
+    "newest",
+    "pipeline_status",
+    "read_range",
+    "traffic",
+    "traffic_rates",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -113,6 +123,34 @@ def traffic(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame
     df["bits_per_s"] = df["bytes"] * 8 / seconds
     df["bytes_per_s"] = df["bytes"] / seconds
     return df.sort_values(["window_start", "protocol"]).reset_index(drop=True)
+
+
+def traffic_rates(df: pd.DataFrame, max_points: int = buckets.MAX_POINTS) -> buckets.Downsampled:
+    """:func:`traffic`'s rows as the Traffic page charts them: ``window_start, protocol,
+    packets_per_s, bits_per_s``, a line per protocol of at most ``max_points`` points. A longer
+    range is cut to buckets (``dashboard.buckets``): a bucket's rate is the packets (bits) of the
+    windows starting in it over those windows' seconds, the mean rate over them.
+
+    >>> t = pd.to_datetime(["2024-05-01 00:00:00", "2024-05-01 00:00:01"], utc=True)
+    >>> df = pd.DataFrame({"window_start": t, "window_end": t + pd.Timedelta("1s"), "protocol": "TCP",
+    ...                    "packets": [10, 30], "bytes": [1000, 3000]})
+    >>> rates = traffic_rates(df, max_points=1)
+    >>> str(rates.width), rates.frame[["packets_per_s", "bits_per_s"]].values.tolist()
+    ('0 days 00:00:02', [[20.0, 16000.0]])
+    """
+    seconds = (df["window_end"] - df["window_start"]).dt.total_seconds()
+    sums = buckets.downsample(
+        df.assign(seconds=seconds),
+        "window_start",
+        {"packets": "sum", "bytes": "sum", "seconds": "sum"},
+        by=["protocol"],
+        max_points=max_points,
+    )
+    out = sums.frame
+    rates = out[["window_start", "protocol"]].assign(
+        packets_per_s=out["packets"] / out["seconds"], bits_per_s=out["bytes"] * 8 / out["seconds"]
+    )
+    return buckets.Downsampled(rates.reset_index(drop=True), sums.width)
 
 
 def pipeline_status(data_dir: str) -> dict:

@@ -269,7 +269,26 @@ def budgets(cfg: Config) -> dict[str, float]:
 
 
 def knobs_over_time(df: pd.DataFrame) -> pd.DataFrame:
-    """One query's knobs as long rows ``batch_time, knob, value`` (the knobs it records)."""
+    """One query's knobs as long rows ``batch_time, knob, value`` (the knobs it records), by knob
+    and time: for each knob the batches where its value changed (its first batch included) and its
+    last batch, the points of its steps. A knob holds its value until the next change, so the
+    step chart of these rows is the chart of every batch's, in a few points instead of one per
+    batch (a day of one-second batches: 86,400).
+
+    >>> t = pd.date_range("2024-05-01", periods=4, freq="s", tz="UTC")
+    >>> df = pd.DataFrame({"batch_time": t, "trigger_s": [1.0, 1.0, 2.0, 2.0], "sample_keep": None})
+    >>> knobs_over_time(df)[["knob", "value"]].values.tolist()
+    [['trigger_s', 1.0], ['trigger_s', 2.0], ['trigger_s', 2.0]]
+    """
     present = [k for k in KNOBS if k in df.columns and df[k].notna().any()]
     long = df.melt(id_vars=["batch_time"], value_vars=present, var_name="knob", value_name="value")
-    return long.dropna(subset=["value"]).reset_index(drop=True)
+    long = long.dropna(subset=["value"]).sort_values(["knob", "batch_time"], kind="stable")
+    long["knob"] = pd.Categorical(long["knob"], categories=present)  # in the order of KNOBS
+    long = long.sort_values("knob", kind="stable")
+    knob, value = long["knob"], long["value"]
+    first = knob.ne(knob.shift())
+    last = knob.ne(knob.shift(-1))
+    changed = value.ne(value.shift())
+    out = long[first | last | changed].reset_index(drop=True)
+    out["knob"] = out["knob"].astype(str)
+    return out

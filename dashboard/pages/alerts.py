@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import data, data_alerts
+from dashboard import charts, data, data_alerts
 
 cfg = data.config()
 state_dir = str(cfg.paths.state_dir)
@@ -58,7 +57,7 @@ def panel() -> None:
             spans.loc[spans["end"] <= spans["first_seen"], "end"] = spans["first_seen"] + dt.timedelta(
                 seconds=1
             )
-            fig = px.timeline(spans, x_start="first_seen", x_end="end", y="label", color="severity")
+            fig = charts.timeline(spans, "first_seen", "end", "label", color="severity")
             fig.update_layout(
                 title="Alert episodes (event time)", xaxis_title="event time (UTC)", yaxis_title=""
             )
@@ -78,6 +77,9 @@ def panel() -> None:
                 title="Firing alerts: the value against what it was compared with",
                 xaxis_title="value",
                 yaxis_title="",
+                margin=charts.margins(
+                    ["value", "threshold, or the top of the learned band"], y_labels=against["label"].tolist()
+                ),
             )
             st.plotly_chart(fig, width="stretch")
             st.caption(

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, time_range
+from dashboard import buckets, charts, data, time_range
 from dashboard import data_distinct as dd
 
 cfg = data.config()
@@ -46,10 +45,21 @@ def panel() -> None:
         st.subheader(name)
         if name in configured:
             st.caption(dd.describe(configured[name]) + "; each slide keeps its top groups")
-        series = dd.top_series(rows, int(lines))
-        fig = px.line(series, x="window_end", y="distinct", color="group", markers=len(series) < 200)
-        fig.update_layout(
-            xaxis_title="window end (event time, UTC)", yaxis_title="distinct", legend_title="group"
+        series = buckets.downsample(
+            dd.top_series(rows, int(lines)), "window_end", {"distinct": "max"}, by=["group"]
+        )
+        x_title = "window end (event time, UTC)"
+        if series.width is not None:
+            x_title += f" — {series.describe('the highest of each')}"
+        fig = charts.line(
+            series.frame,
+            "window_end",
+            "distinct",
+            color="group",
+            markers=len(series.frame) < 200,
+            x_title=x_title,
+            y_title="distinct",
+            legend_title="group",
         )
         st.plotly_chart(fig, width="stretch", key=f"chart-{name}")
         flagged = dd.suspects(rows, int(threshold))

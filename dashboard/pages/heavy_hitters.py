@@ -5,11 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import data, data_topk, time_range
+from dashboard import charts, data, data_topk, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -71,12 +70,12 @@ def current(report: pd.DataFrame, unit: str) -> None:
     c2.metric("δ (threshold)", f"{delta:,}")
     c3.metric("Items above δ", f"{len(items):,}")
     c4.metric(f"Window traffic ({unit})", f"{total:,}")
-    fig = px.bar(
+    fig = charts.bars(
         items,
-        x="key",
-        y="count",
-        text=items["share"].map("{:.1%}".format),
-        hover_data={"rank": True, "share": ":.2%"},
+        "key",
+        "count",
+        text=items["share"].map("{:.1%}".format).tolist(),
+        hover={"rank": "", "share": ":.2%"},
         title="Current heavy hitters (label: share of the window's traffic)",
     )
     fig.add_hline(y=delta, line_dash="dash", line_color="crimson", annotation_text=f"δ = {delta:,}")
@@ -97,31 +96,28 @@ def current(report: pd.DataFrame, unit: str) -> None:
 
 def history(df: pd.DataFrame, unit: str, top: int = 8) -> None:
     """Counts of the most reported items per window over the range, with δ; a gap: not reported."""
-    items = df[df["rank"] > 0]
-    keys = items.groupby("key")["count"].max().nlargest(top).index
-    ends = df["window_end"].drop_duplicates()
-    # One point per window and key, NaN where the key was not above δ (the line breaks there).
-    wide = items[items["key"].isin(keys)].pivot(index="window_end", columns="key", values="count")
-    shown = wide.reindex(ends).reset_index().melt(id_vars="window_end", var_name="key", value_name="count")
-    fig = px.line(
-        shown,
-        x="window_end",
-        y="count",
+    counts, deltas = data_topk.history(df, top)
+    fig = charts.line(
+        counts.frame,
+        "window_end",
+        "count",
         color="key",
-        markers=True,
-        title=f"History of the top {len(keys)} items",
+        title=f"History of the top {counts.frame['key'].nunique()} items",
+        legend_title="key",
     )
-    thresholds = df.drop_duplicates("window_end")
     fig.add_trace(
         go.Scatter(
-            x=thresholds["window_end"],
-            y=thresholds["delta"],
+            x=deltas.frame["window_end"],
+            y=deltas.frame["delta"],
             name="δ",
             mode="lines",
             line={"dash": "dash", "color": "crimson"},
         )
     )
-    fig.update_layout(xaxis_title="window end (event time, UTC)", yaxis_title=unit, legend_title="key")
+    x_title = "window end (event time, UTC)"
+    if counts.width is not None:
+        x_title += f" — {counts.describe('the highest count and δ of each')}"
+    fig.update_layout(xaxis_title=x_title, yaxis_title=unit)
     st.plotly_chart(fig, width="stretch")
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_joins, time_range
+from dashboard import charts, data, data_joins, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -53,7 +52,9 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
         st.caption("No answered SYN yet.")
     else:
         shown = rtts.assign(rtt_ms=rtts["rtt_s"] * 1000)
-        fig = px.histogram(shown, x="rtt_ms", color="query", nbins=60, title="Handshake RTT (SYN → SYN-ACK)")
+        fig = charts.histogram(
+            shown, "rtt_ms", color="query", nbins=60, title="Handshake RTT (SYN → SYN-ACK)"
+        )
         fig.update_layout(xaxis_title="RTT (ms)", yaxis_title="handshakes", bargap=0.05)
         st.plotly_chart(fig, width="stretch")
         per_server = data_joins.rtt_per_server(rtts)
@@ -63,14 +64,15 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
             p50_ms=lambda d: d["rtt_p50_s"] * 1000,
             p90_ms=lambda d: d["rtt_p90_s"] * 1000,
         )
-        fig = px.bar(
+        fig = charts.bars(
             top,
-            x="target",
-            y=["p50_ms", "p90_ms"],
-            barmode="group",
+            "target",
+            ["p50_ms", "p90_ms"],
             title="RTT percentiles of the busiest servers",
+            x_title="server:port",
+            y_title="RTT (ms)",
+            legend_title="percentile",
         )
-        fig.update_layout(xaxis_title="server:port", yaxis_title="RTT (ms)", legend_title="percentile")
         st.plotly_chart(fig, width="stretch")
         table = per_server.copy()
         for col in ("rtt_min_s", "rtt_p50_s", "rtt_p90_s", "rtt_max_s"):
@@ -80,7 +82,7 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
     if syns.empty:
         st.caption("No SYN left unanswered (reported once its window has passed).")
         return
-    fig = px.bar(syns.head(20), x="server", y="syns", color="query", title="SYNs without a SYN-ACK within T")
+    fig = charts.bars(syns.head(20), "server", "syns", color="query", title="SYNs without a SYN-ACK within T")
     fig.update_layout(xaxis_title="destination", yaxis_title="SYNs")
     st.plotly_chart(fig, width="stretch")
 
@@ -91,7 +93,7 @@ def link_correlation(links) -> None:  # noqa: ANN001 - a DataFrame
         st.caption('No link query results (configure one with query = "link" in [[queries.join]]).')
         return
     top = links.groupby("query", group_keys=False).head(20)
-    fig = px.bar(top, x="key", y="matches", color="query", title="Keys seen on both streams within T")
+    fig = charts.bars(top, "key", "matches", color="query", title="Keys seen on both streams within T")
     fig.update_layout(xaxis_title="key", yaxis_title="matches")
     st.plotly_chart(fig, width="stretch")
     st.dataframe(links, hide_index=True, width="stretch")

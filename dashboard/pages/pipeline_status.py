@@ -10,10 +10,9 @@ import datetime as dt
 import time
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_resources, time_range
+from dashboard import buckets, charts, data, data_resources, time_range
 from dashboard import data_pipeline as dp
 
 cfg = data.config()
@@ -28,26 +27,38 @@ st.caption(
 chosen = time_range.picker(data.newest(data_dir, "sys"), "batch time")
 
 
+#: What a point is when a long range is cut to buckets (``dashboard.buckets``), per aggregation.
+WORDS = {"max": "the highest of each", "mean": "the mean of each", "sum": "the sum over each"}
+
+
 def _chart(
-    rows: pd.DataFrame, columns: dict[str, str], title: str, unit: str, line: float | None = None
+    rows: pd.DataFrame,
+    columns: dict[str, str],
+    title: str,
+    unit: str,
+    how: buckets.Agg,
+    line: float | None = None,
 ) -> None:
-    """A line per query and measure over batch time (nothing when no column has values)."""
-    shown = dp.long(rows, columns)
+    """A line per query and measure over batch time (nothing when no column has values); a long
+    range in buckets, each the ``how`` of its batches."""
+    series = buckets.downsample(dp.long(rows, columns), "batch_time", {"value": how}, by=["query", "measure"])
+    shown = series.frame
     if shown.empty:
         return
     several = shown["measure"].nunique() > 1
-    fig = px.line(
+    fig = charts.line(
         shown,
-        x="batch_time",
-        y="value",
+        "batch_time",
+        "value",
         color="query",
-        line_dash="measure" if several else None,
+        dash="measure" if several else None,
         markers=len(shown) < 300,
         title=title,
+        x_title="batch (UTC)" + (f" — {series.describe(WORDS[how])}" if series.width is not None else ""),
+        y_title=unit,
     )
     if line is not None:
         fig.add_hline(y=line, line_dash="dot", line_color="crimson")
-    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title=unit, legend_title="")
     st.plotly_chart(fig, width="stretch")
 
 
@@ -103,25 +114,36 @@ def panel() -> None:
             {"input_messages_per_s": "taken in", "processed_messages_per_s": "processed"},
             "Kafka messages per second: taken in (since the previous trigger) vs processed (in the batch)",
             "msg/s",
+            "mean",
         )
-        _chart(df, {"lag_messages": "waiting"}, "Kafka lag: messages waiting after each batch", "messages")
+        _chart(
+            df, {"lag_messages": "waiting"}, "Kafka lag: messages waiting after each batch", "messages", "max"
+        )
         _chart(
             df,
             {"backlog_s": "backlog (to read what waits)", "lag_s": "batch time − newest event time"},
             "Lag in seconds",
             "s",
+            "max",
         )
-        _chart(df, {"batch_ms": "batch"}, "Batch duration", "ms")
+        _chart(df, {"batch_ms": "batch"}, "Batch duration", "ms", "max")
         _chart(
             df,
             {"batch_utilisation": "share"},
             "Batch duration as a share of the trigger interval (over 1: the batch overran)",
             "share of trigger_s",
+            "max",
             line=1.0,
         )
         counts = dp.counts_columns(df)
         if counts:
-            _chart(df, {c: c for c in counts}, "Late, malformed and far-future records per batch", "records")
+            _chart(
+                df,
+                {c: c for c in counts},
+                "Late, malformed and far-future records per batch",
+                "records",
+                "sum",
+            )
     if status:
         st.subheader("Since the pipeline started")
         age = time.time() - float(status.get("updated", 0))

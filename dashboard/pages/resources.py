@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_resources, time_range
+from dashboard import buckets, charts, data, data_resources, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -26,13 +25,35 @@ query = st.selectbox("Query", names) if names else None
 BUDGETS = data_resources.budgets(cfg)
 
 
-def _line(df: pd.DataFrame, columns: list[str], title: str, unit: str) -> None:
+#: How the charts' columns are cut to buckets over a long range (``dashboard.buckets``), and what
+#: a bucket's point is then: peaks and lags the highest, per-batch rates and seconds the mean.
+HOW: dict[str, buckets.Agg] = {
+    "batch_utilisation": "max",
+    "est_cpu": "max",
+    **dict.fromkeys(("stage1_s", "traffic_s", "topk_s", "distinct_s", "features_s", "joins_s"), "mean"),
+    **dict.fromkeys(
+        ("input_messages_per_s", "processed_messages_per_s", "packets_per_s", "rate_pps"), "mean"
+    ),
+    **dict.fromkeys(("lag_messages", "backlog_s", "lag_s"), "max"),
+    **dict.fromkeys(("state_rows", "join_state_rows", "est_state_rows", "est_memory_bytes"), "max"),
+}
+WORDS = {"max": "the highest of each", "mean": "the mean of each"}
+
+
+def _x_title(series: buckets.Downsampled, columns: list[str]) -> str:
+    """``batch (UTC)``, and what a point is when the series is in buckets."""
+    if series.width is None:
+        return "batch (UTC)"
+    return f"batch (UTC) — {series.describe(WORDS[HOW[columns[0]]])}"
+
+
+def _line(series: buckets.Downsampled, columns: list[str], title: str, unit: str) -> None:
     """A chart of ``columns`` over batch time (those with values only; none: no chart)."""
+    df = series.frame
     shown = [c for c in columns if df[c].notna().any()]
     if not shown:
         return
-    fig = px.line(df, x="batch_time", y=shown, markers=True, title=title)
-    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title=unit, legend_title="")
+    fig = charts.line(df, "batch_time", shown, title=title, x_title=_x_title(series, shown), y_title=unit)
     st.plotly_chart(fig, width="stretch")
 
 
@@ -72,18 +93,21 @@ def panel() -> None:
         + ("" if consts.source != "defaults" else " (run `netmon bench calibrate` to measure this machine)")
     )
 
+    series = buckets.downsample(rows, "batch_time", {c: h for c, h in HOW.items() if c in rows})
+
     # CPU: the batch's share of the trigger interval, the estimate at its input rate, the budgets.
-    fig = px.line(
-        rows,
-        x="batch_time",
-        y=["batch_utilisation", "est_cpu"],
-        markers=True,
+    cpu = ["batch_utilisation", "est_cpu"]
+    fig = charts.line(
+        series.frame,
+        "batch_time",
+        cpu,
         title="CPU: measured share of the trigger interval vs the cost model's estimate",
+        x_title=_x_title(series, cpu),
+        y_title="CPU s per s",
     )
     fig.add_hline(y=BUDGETS["cpu_bound"], line_dash="dash", annotation_text="[resources] budget − reserve")
     if query != "packets" or cfg.queries.join:  # the joins run on the shared query
         fig.add_hline(y=BUDGETS["shedding_cpu"], line_dash="dot", annotation_text="[shedding] cpu_budget")
-    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="CPU s per s", legend_title="")
     st.plotly_chart(fig, width="stretch")
     parts = [
         c
@@ -91,28 +115,43 @@ def panel() -> None:
         if c in rows and rows[c].notna().any()
     ]
     if parts:
-        fig = px.area(rows, x="batch_time", y=parts, title="Seconds per batch: the shared pass and each kind")
-        fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="s", legend_title="")
+        fig = charts.line(
+            series.frame,
+            "batch_time",
+            parts,
+            stacked=True,
+            title="Seconds per batch: the shared pass and each kind",
+            x_title=_x_title(series, parts),
+            y_title="s",
+        )
         st.plotly_chart(fig, width="stretch")
 
-    _line(rows, ["input_messages_per_s", "processed_messages_per_s"], "Kafka messages per second", "msg/s")
-    _line(rows, ["packets_per_s", "rate_pps"], "Packets per second (measured; the estimates' rate)", "pkt/s")
-    _line(rows, ["lag_messages"], "Kafka lag: messages waiting after the batch", "messages")
-    _line(rows, ["backlog_s", "lag_s"], "Lag: time to read the backlog, batch time − newest event time", "s")
+    _line(series, ["input_messages_per_s", "processed_messages_per_s"], "Kafka messages per second", "msg/s")
+    _line(
+        series, ["packets_per_s", "rate_pps"], "Packets per second (measured; the estimates' rate)", "pkt/s"
+    )
+    _line(series, ["lag_messages"], "Kafka lag: messages waiting after the batch", "messages")
+    _line(
+        series, ["backlog_s", "lag_s"], "Lag: time to read the backlog, batch time − newest event time", "s"
+    )
     state = "join_state_rows" if rows["join_state_rows"].notna().any() else "state_rows"
-    _line(rows, [state, "est_state_rows"], "State rows: measured vs estimated", "rows")
+    _line(series, [state, "est_state_rows"], "State rows: measured vs estimated", "rows")
     if rows["est_memory_bytes"].notna().any():
-        fig = px.line(rows, x="batch_time", y=["est_memory_bytes"], title="Estimated state memory vs budget")
+        memory = ["est_memory_bytes"]
+        fig = charts.line(
+            series.frame,
+            "batch_time",
+            memory,
+            markers=False,
+            title="Estimated state memory vs budget",
+            x_title=_x_title(series, memory),
+            y_title="bytes",
+        )
         fig.add_hline(y=BUDGETS["memory_bound"], line_dash="dash", annotation_text="budget − reserve")
-        fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="bytes", legend_title="")
         st.plotly_chart(fig, width="stretch")
 
     knobs = data_resources.knobs_over_time(rows)
-    fig = px.line(
-        knobs, x="batch_time", y="value", facet_row="knob", line_shape="hv", title="Knobs in force over time"
-    )
-    fig.update_yaxes(matches=None, title="")
-    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+    fig = charts.rows(knobs, "batch_time", "value", "knob", shape="hv", title="Knobs in force over time")
     fig.update_layout(xaxis_title="batch (UTC)", height=150 + 120 * knobs["knob"].nunique())
     st.plotly_chart(fig, width="stretch")
 

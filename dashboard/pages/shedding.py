@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, data_joins, time_range
+from dashboard import buckets, charts, data, data_joins, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -52,39 +51,54 @@ def panel() -> None:
     unshed = float(df["unshed_estimate"].sum())
     c5.metric("Output kept", f"{df['results'].sum() / unshed:.0%}" if unshed > 0 else "–")
 
-    fig = px.line(
-        df,
-        x="batch_time",
-        y=["utilisation", "batch_utilisation"],
-        markers=True,
+    out = df.assign(results_total=df["results"].cumsum(), unshed_total=df["unshed_estimate"].cumsum())
+    series = buckets.downsample(
+        out,
+        "batch_time",
+        {
+            "utilisation": "max",
+            "batch_utilisation": "max",
+            "x_left": "mean",
+            "x_right": "mean",
+            "results_total": "last",
+            "unshed_total": "last",
+        },
+    )
+
+    def x_title(how: str) -> str:
+        return "batch (UTC)" + (f" — {series.describe(how)}" if series.width is not None else "")
+
+    fig = charts.line(
+        series.frame,
+        "batch_time",
+        ["utilisation", "batch_utilisation"],
         title="Utilisation of the trigger interval: the join operator and the whole batch",
+        x_title=x_title("the highest of each"),
+        y_title="share of the trigger interval",
     )
     fig.add_hline(y=budget, line_dash="dash", annotation_text="budget")
-    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="share of the trigger interval", legend_title="")
     st.plotly_chart(fig, width="stretch")
 
-    fig = px.line(
-        df,
-        x="batch_time",
-        y=["x_left", "x_right"],
-        markers=True,
-        line_shape="hv",
+    fig = charts.line(
+        series.frame,
+        "batch_time",
+        ["x_left", "x_right"],
+        shape="hv",
         title="Fractions applied per batch (PNI: insert probability; INP: probe; CF: keep)",
+        x_title=x_title("the mean of each"),
+        y_title="fraction",
     )
-    fig.update_layout(
-        xaxis_title="batch (UTC)", yaxis_title="fraction", yaxis_range=[-0.05, 1.05], legend_title=""
-    )
+    fig.update_layout(yaxis_range=[-0.05, 1.05])
     st.plotly_chart(fig, width="stretch")
 
-    out = df.assign(results_total=df["results"].cumsum(), unshed_total=df["unshed_estimate"].cumsum())
-    fig = px.line(
-        out,
-        x="batch_time",
-        y=["results_total", "unshed_total"],
-        markers=True,
+    fig = charts.line(
+        series.frame,
+        "batch_time",
+        ["results_total", "unshed_total"],
         title="Results produced vs the estimated unshed output (cumulative, Horvitz-Thompson)",
+        x_title=x_title("the total at the end of each"),
+        y_title="results",
     )
-    fig.update_layout(xaxis_title="batch (UTC)", yaxis_title="results", legend_title="")
     st.plotly_chart(fig, width="stretch")
     columns = [
         "batch_id",
@@ -117,16 +131,16 @@ def comparison() -> None:
     rows = ev[(ev["dataset"] == dataset) & (ev["strategy"] != "none")].sort_values(
         ["strategy", "budget_fraction"]
     )
-    fig = px.line(
+    fig = charts.line(
         rows,
-        x="budget_fraction",
-        y="result_fraction",
+        "budget_fraction",
+        "result_fraction",
         color="strategy",
         markers=True,
         title=f"{dataset}: results produced vs budget (fractions of the unshed run)",
-    )
-    fig.update_layout(
-        xaxis_title="budget (fraction of the unshed cost)", yaxis_title="fraction of the unshed output"
+        x_title="budget (fraction of the unshed cost)",
+        y_title="fraction of the unshed output",
+        legend_title="strategy",
     )
     fig.update_xaxes(tickformat=".0%")
     fig.update_yaxes(tickformat=".0%")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import plotly.express as px
 import streamlit as st
 
-from dashboard import data, time_range
+from dashboard import charts, data, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -32,13 +31,33 @@ def panel() -> None:
     c2.metric("Bytes", f"{int(df['bytes'].sum()):,}")
     c3.metric("Windows", f"{total.shape[0]:,}")
     c4.metric("Peak packets/s", f"{df.groupby('window_start')['packets_per_s'].sum().max():,.0f}")
-    fig = px.line(
-        df, x="window_start", y="packets_per_s", color="protocol", title="Packets per second by protocol"
+    rates = data.traffic_rates(df)
+    x_title = "event time (UTC)"
+    if rates.width is not None:
+        x_title += f" — {rates.describe('the mean rate over each bucket')}"
+    fig = charts.line(
+        rates.frame,
+        "window_start",
+        "packets_per_s",
+        color="protocol",
+        markers=False,
+        title="Packets per second by protocol",
+        x_title=x_title,
+        y_title="packets/s",
+        legend_title="protocol",
     )
-    fig.update_layout(xaxis_title="event time (UTC)", yaxis_title="packets/s", legend_title="protocol")
     st.plotly_chart(fig, width="stretch")
-    fig = px.area(df, x="window_start", y="bits_per_s", color="protocol", title="Bits per second by protocol")
-    fig.update_layout(xaxis_title="event time (UTC)", yaxis_title="bits/s", legend_title="protocol")
+    fig = charts.line(
+        rates.frame,
+        "window_start",
+        "bits_per_s",
+        color="protocol",
+        stacked=True,
+        title="Bits per second by protocol",
+        x_title=x_title,
+        y_title="bits/s",
+        legend_title="protocol",
+    )
     st.plotly_chart(fig, width="stretch")
     by_proto = (
         df.groupby("protocol", as_index=False)[["packets", "bytes"]]
