@@ -99,6 +99,30 @@ class CostConstants:
     hll_header_bytes: float = 40.0
     #: one stored join tuple, bytes
     join_tuple_bytes: float = 48.0
+    # -- measured in the running pipeline (``netmon bench calibrate --pipeline``) ---------------
+    # The constants above time netmon's own operations one by one, as the seeds' formulas count
+    # them per tuple. A micro-batch also costs something whatever it holds (a Spark job's
+    # scheduling and its tasks' start, each kind's commit and state version), and around the
+    # counted operations the pipeline does work no formula names (the JVM's Kafka read, Arrow
+    # conversions, the join's staging of tuples on the driver). Both are fitted on the pipeline's
+    # own ``sys`` rows over batches of different sizes: ``fixed + per_packet·packets`` per part.
+    #: seconds per micro-batch of the shared pass in the tasks (stage 1), whatever it holds
+    stage1_batch_s: float = 0.0
+    #: seconds per micro-batch of each kind's driver part, whatever it holds
+    traffic_batch_s: float = 0.0
+    topk_batch_s: float = 0.0
+    distinct_batch_s: float = 0.0
+    features_batch_s: float = 0.0
+    joins_batch_s: float = 0.0
+    #: the pipeline's measured per-packet cost of each part over the formulas' estimate at the
+    #: calibration workload (1: the formulas as they are)
+    stage1_factor: float = 1.0
+    traffic_factor: float = 1.0
+    topk_factor: float = 1.0
+    distinct_factor: float = 1.0
+    joins_factor: float = 1.0
+    #: the alert features' driver part per packet (no formula: measured in the pipeline only)
+    features_row_s: float = 0.0
     #: "defaults", or how and when they were measured
     source: str = "defaults"
 
@@ -376,11 +400,48 @@ class CostModel(Base):
     .. [3] L. Golab, "Sliding Window Query Processing over Data Streams", PhD thesis, 2006, §6.2.2.
     """
 
-    def __init__(self, constants: CostConstants = DEFAULT_CONSTANTS, watermark_s: float = 5.0) -> None:
+    def __init__(
+        self, constants: CostConstants = DEFAULT_CONSTANTS, watermark_s: float = 5.0, trigger_s: float = 1.0
+    ) -> None:
         if not watermark_s >= 0:
             raise ValueError(f"watermark_s: expected a number >= 0, got {watermark_s!r}")
+        if not trigger_s > 0:
+            raise ValueError(f"trigger_s: expected a number > 0, got {trigger_s!r}")
         self.constants = constants
         self.watermark_s = float(watermark_s)
+        self.trigger_s = float(trigger_s)
+
+    def _in_pipeline(self, e: Estimate) -> Estimate:
+        """``e`` with the pipeline's measured factors applied (``CostConstants.stage1_factor`` to
+        its stage-1 part, its kind's factor to the rest); unchanged while both are 1."""
+        c = self.constants
+        s1 = c.stage1_factor
+        rest = float(getattr(c, f"{e.kind}_factor", 1.0))
+        if s1 == 1.0 and rest == 1.0:
+            return e
+        stage1 = e.stage1_cpu * s1
+        return dataclasses.replace(e, cpu=stage1 + (e.cpu - e.stage1_cpu) * rest, stage1_cpu=stage1)
+
+    def overheads(self, kinds: Collection[str], w: Workload) -> dict[str, float]:
+        """CPU seconds per second each part of the shared query pays besides its queries'
+        formulas: ``<part>_batch_s / trigger_s`` (one micro-batch per trigger interval, the
+        pipeline keeping up), and the alert features' ``λ·features_row_s``. Parts as the ``sys``
+        rows time them: ``stage1`` (when any kind reads the packets) and each configured kind.
+
+        >>> c = CostConstants(stage1_batch_s=0.2, topk_batch_s=0.05, features_row_s=1e-6)
+        >>> CostModel(c, trigger_s=2.0).overheads(["topk", "features"], Workload(rate_pps=1000))
+        {'stage1': 0.1, 'topk': 0.025, 'features': 0.001}
+        """
+        c = self.constants
+        out: dict[str, float] = {}
+        if set(kinds) & {"traffic", "topk", "distinct", "features", "joins"}:
+            out["stage1"] = c.stage1_batch_s / self.trigger_s
+        for kind in ("traffic", "topk", "distinct", "features", "joins"):
+            if kind in kinds:
+                out[kind] = float(getattr(c, f"{kind}_batch_s")) / self.trigger_s
+        if "features" in kinds:
+            out["features"] += w.rate_pps * c.features_row_s
+        return out
 
     # -- one query per kind ---------------------------------------------------------------------
     def decode(self, w: Workload) -> Estimate:
@@ -391,14 +452,16 @@ class CostModel(Base):
         (docs/overload.md, "The cost model"); the kind ``stage1`` with the queries' own stage-1
         parts is what the pipeline measures as ``stage1_s``. No state.
         """
-        return Estimate(
-            "stage1",
-            "decode",
-            cpu=w.rate_pps * self.constants.decode_row_s,
-            state_rows=0.0,
-            memory_bytes=0.0,
-            ops={"decoded_rows": w.rate_pps},
-            stage1_cpu=w.rate_pps * self.constants.decode_row_s,
+        return self._in_pipeline(
+            Estimate(
+                "stage1",
+                "decode",
+                cpu=w.rate_pps * self.constants.decode_row_s,
+                state_rows=0.0,
+                memory_bytes=0.0,
+                ops={"decoded_rows": w.rate_pps},
+                stage1_cpu=w.rate_pps * self.constants.decode_row_s,
+            )
         )
 
     def traffic(self, w: Workload, window_s: float, name: str = "traffic") -> Estimate:
@@ -411,15 +474,17 @@ class CostModel(Base):
         groups = min(w.protocols, distinct_keys(w.rate_pps * window_s, w.protocols)) / window_s
         open_windows = math.ceil(self.watermark_s / window_s) + 1
         rows = float(w.protocols * open_windows) if w.rate_pps > 0 else 0.0
-        return Estimate(
-            "traffic",
-            name,
-            cpu=w.rate_pps * c.count_row_s + groups * c.count_group_s,
-            state_rows=rows,
-            memory_bytes=rows * c.row_bytes,
-            ops={"count_rows": w.rate_pps, "partial_rows": groups},
-            knobs={"window_s": window_s},
-            stage1_cpu=w.rate_pps * c.count_row_s,
+        return self._in_pipeline(
+            Estimate(
+                "traffic",
+                name,
+                cpu=w.rate_pps * c.count_row_s + groups * c.count_group_s,
+                state_rows=rows,
+                memory_bytes=rows * c.row_bytes,
+                ops={"count_rows": w.rate_pps, "partial_rows": groups},
+                knobs={"window_s": window_s},
+                stage1_cpu=w.rate_pps * c.count_row_s,
+            )
         )
 
     def topk(self, w: Workload, q: TopKQuery, keep: float = 1.0) -> Estimate:
@@ -438,15 +503,17 @@ class CostModel(Base):
         listed = n_sub * min(q.k, per_sub)
         entries = listed + min(listed, keys)
         open_rows = (math.ceil(self.watermark_s / g) + 1) * per_sub
-        return Estimate(
-            "topk",
-            q.name,
-            cpu=rate * c.count_row_s + per_sub / g * (c.count_group_s + c.topk_key_s),
-            state_rows=entries + open_rows,
-            memory_bytes=entries * c.topk_entry_bytes + open_rows * c.row_bytes,
-            ops={"count_rows": rate, "partial_rows": per_sub / g, "topk_keys": per_sub / g},
-            knobs={"window_s": q.window_s, "sub_window_s": g, "k": q.k, "keep": keep},
-            stage1_cpu=w.rate_pps * c.count_row_s,  # the drop box decides after the key text
+        return self._in_pipeline(
+            Estimate(
+                "topk",
+                q.name,
+                cpu=rate * c.count_row_s + per_sub / g * (c.count_group_s + c.topk_key_s),
+                state_rows=entries + open_rows,
+                memory_bytes=entries * c.topk_entry_bytes + open_rows * c.row_bytes,
+                ops={"count_rows": rate, "partial_rows": per_sub / g, "topk_keys": per_sub / g},
+                knobs={"window_s": q.window_s, "sub_window_s": g, "k": q.k, "keep": keep},
+                stage1_cpu=w.rate_pps * c.count_row_s,  # the drop box decides after the key text
+            )
         )
 
     def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0) -> Estimate:
@@ -467,16 +534,20 @@ class CostModel(Base):
         sketches = n_sub * groups
         items = pairs / groups if groups else 0.0
         sketch_bytes = c.hll_header_bytes + min(2**q.lg_k * c.hll_register_bytes, items * c.hll_coupon_bytes)
-        return Estimate(
-            "distinct",
-            q.name,
-            cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s + groups / g * n_sub * c.sketch_union_s,
-            state_rows=sketches,
-            memory_bytes=sketches * sketch_bytes,
-            ops={"count_rows": rate, "sketch_items": pairs / g, "sketch_unions": groups / g * n_sub},
-            knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
-            # the items' coupons and each sub-window's sketch are made in the tasks (stage 1)
-            stage1_cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s,
+        return self._in_pipeline(
+            Estimate(
+                "distinct",
+                q.name,
+                cpu=rate * c.count_row_s
+                + pairs / g * c.sketch_item_s
+                + groups / g * n_sub * c.sketch_union_s,
+                state_rows=sketches,
+                memory_bytes=sketches * sketch_bytes,
+                ops={"count_rows": rate, "sketch_items": pairs / g, "sketch_unions": groups / g * n_sub},
+                knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
+                # the items' coupons and each sub-window's sketch are made in the tasks (stage 1)
+                stage1_cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s,
+            )
         )
 
     def join(self, w: Workload, q: JoinQuery, x_left: float = 1.0, x_right: float = 1.0) -> Estimate:
@@ -507,17 +578,19 @@ class CostModel(Base):
                 for lam, x, t in ((lam_l, x_left, t_l), (lam_r, x_right, t_r))
             )
         )
-        return Estimate(
-            "joins",
-            q.name,
-            cpu=model.cost(strategy, x_left, x_right),
-            state_rows=rows,
-            memory_bytes=rows * c.join_tuple_bytes,
-            ops={
-                "inserts": x_left * lam_l + x_right * lam_r,
-                "results": model.output_rate(strategy, x_left, x_right),
-            },
-            knobs={"window_s": q.window_s, "x_left": x_left, "x_right": x_right},
+        return self._in_pipeline(
+            Estimate(
+                "joins",
+                q.name,
+                cpu=model.cost(strategy, x_left, x_right),
+                state_rows=rows,
+                memory_bytes=rows * c.join_tuple_bytes,
+                ops={
+                    "inserts": x_left * lam_l + x_right * lam_r,
+                    "results": model.output_rate(strategy, x_left, x_right),
+                },
+                knobs={"window_s": q.window_s, "x_left": x_left, "x_right": x_right},
+            )
         )
 
     # -- the configuration ----------------------------------------------------------------------

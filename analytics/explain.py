@@ -94,10 +94,14 @@ def admission(estimates: list[Estimate], cpu_bound: float, memory_bound: float) 
     return out
 
 
-def estimated_parts(estimates: Sequence[Estimate], decode: Estimate) -> dict[str, dict[str, float]]:
+def estimated_parts(
+    estimates: Sequence[Estimate], decode: Estimate, overheads: Mapping[str, float] | None = None
+) -> dict[str, dict[str, float]]:
     """The estimates cut as the pipeline measures its work: ``stage1`` (the shared read and
     decode, and every query's own stage 1 in the tasks: ``Estimate.stage1_cpu``) and each kind's
-    driver part (the rest of its queries' CPU), with the kind's state rows (stage 1 keeps none).
+    driver part (the rest of its queries' CPU), with the kind's state rows (stage 1 keeps none);
+    ``overheads``: each part's CPU besides its queries' formulas (``CostModel.overheads``: the
+    per-batch costs), added to it.
 
     The measured side (the ``sys`` rows' ``stage1_s``, ``topk_s``, ...) times exactly those
     parts, so the two are compared like for like.
@@ -108,6 +112,8 @@ def estimated_parts(estimates: Sequence[Estimate], decode: Estimate) -> dict[str
         part = parts.setdefault(e.kind, {"cpu": 0.0, "state_rows": 0.0})
         part["cpu"] += e.cpu - e.stage1_cpu
         part["state_rows"] += e.state_rows
+    for name, cpu in (overheads or {}).items():
+        parts.setdefault(name, {"cpu": 0.0, "state_rows": 0.0})["cpu"] += cpu
     return parts
 
 
@@ -314,9 +320,10 @@ def explain(
     when any query has rows, else from ``status`` (:func:`measured_from_status`, ``source``
     ``"status"``).
     """
-    model = CostModel(constants, watermark_s=cfg.pipeline.watermark_s)
+    model = CostModel(constants, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
     ests = model.estimates(cfg, workload)
     decode = model.decode(workload)
+    overheads = model.overheads(cfg.pipeline.kinds, workload)
     res = cfg.resources
     cpu, mem = CostModel.totals(ests)
     admitted = admission(ests, res.cpu_bound, res.memory_bound)
@@ -338,7 +345,8 @@ def explain(
         "total": {"cpu": cpu, "memory_bytes": mem},
         "feasible": {"cpu": cpu <= res.cpu_bound, "memory": mem <= res.memory_bound},
         "decode": decode.to_dict(),
-        "parts": estimated_parts(ests, decode),
+        "overheads": overheads,
+        "parts": estimated_parts(ests, decode, overheads),
         "measured": _measured(cfg, status, sys_rows, span_s, now),
     }
     if cpu > res.cpu_bound:

@@ -10,6 +10,7 @@ Reproduce commands and results: ``docs/performance.md``. This floor stands above
 
 __all__ = [
     "calibrate",
+    "calibrate_pipeline",
     "capture",
     "dashboard_day",
     "dashboard_render",

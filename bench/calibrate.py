@@ -305,9 +305,18 @@ def calibrate(
     scale: float = 1.0,
     repeats: int = 3,
     write: bool = True,
+    pipeline: bool = False,
+    spark: Any = None,
+    pipeline_options: dict[str, Any] | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
-    """Measure every constant, check the model on a mixed batch, and (``write``) store the constants."""
+    """Measure every constant, check the model on a mixed batch, and (``write``) store the constants.
+
+    ``pipeline``: also measure the per-batch and pipeline terms in a running pipeline (a
+    temporary broker and Spark, about 2 minutes: :mod:`bench.calibrate_pipeline`); without it
+    they are left at their defaults (none), so a calibration is one consistent set; ``spark``: the
+    session for it (by default one is built and stopped); ``pipeline_options``: more arguments
+    of :func:`bench.calibrate_pipeline.pipeline_constants` (``packets``, ``sizes``)."""
     if not 0 < scale <= 10:
         raise ValueError(f"scale: expected a number in (0, 10], got {scale!r}")
     started = time.perf_counter()
@@ -325,6 +334,12 @@ def calibrate(
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     constants = CostConstants(**found, source=f"calibrated {stamp} on {platform.node() or 'this machine'}")
     check = _check(constants, cfg, scale, repeats)
+    measured: dict[str, Any] | None = None
+    if pipeline:
+        from bench.calibrate_pipeline import pipeline_constants
+
+        measured = pipeline_constants(cfg, constants, spark=spark, say=say, **(pipeline_options or {}))
+        constants = dataclasses.replace(constants, **measured["constants"])
     seconds = time.perf_counter() - started
     result: dict[str, Any] = {
         "constants": constants.to_dict(),
@@ -334,10 +349,13 @@ def calibrate(
         "seconds": seconds,
         "scale": scale,
     }
+    if measured is not None:
+        result["pipeline"] = measured
     if write:
-        path = save_constants(
-            constants, cfg.paths.state_dir, extra={k: result[k] for k in ("fit_r2", "check", "scale")}
-        )
+        extra: dict[str, Any] = {
+            k: result[k] for k in ("fit_r2", "check", "scale", "pipeline") if k in result
+        }
+        path = save_constants(constants, cfg.paths.state_dir, extra=extra)
         result["written"] = str(path)
     return result
 
@@ -350,7 +368,7 @@ def format_report(result: dict[str, Any]) -> list[str]:
         if f.name == "source":
             continue
         got, base = result["constants"][f.name], defaults[f.name]
-        unit = "s" if f.name.endswith("_s") else "B"
+        unit = "s" if f.name.endswith("_s") else "" if f.name.endswith("_factor") else "B"
         ratio = f"{got / base:7.2f}" if base else "      -"
         r2 = result["fit_r2"].get(f.name)
         fit = "" if r2 is None else f"{r2:.3f}"
@@ -361,6 +379,21 @@ def format_report(result: dict[str, Any]) -> list[str]:
         f"predicted {c['predicted_s']:.3f} s, "
         f"measured {c['measured_s']:.3f} s (ratio {c['ratio']:.2f}), {c['groups']} groups"
     )
+    measured = result.get("pipeline")
+    if measured is not None:
+        lines.append(
+            f"pipeline: {measured['batches']} batches fitted, the capture at"
+            f" {measured['rate_pps']:,.0f} packets/s of event time;"
+            " per part: fixed s a batch + s a packet (formulas' s a packet)"
+        )
+        for part, fit in measured["fits"].items():
+            formula = measured["formulas_per_packet_s"].get(part)
+            lines.append(
+                f"  {part:<9} {fit['fixed_s']:8.4f} s + {fit['per_packet_s']:.3g} s"
+                + (f" ({formula:.3g} s)" if formula else "")
+            )
+        for part, note in measured["notes"].items():
+            lines.append(f"  {part}: {note}")
     lines.append(
         f"took {result['seconds']:.1f} s"
         + (f"; written to {result['written']}" if "written" in result else "")

@@ -222,7 +222,9 @@ def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.D
     packets per message the shared query read in the range. ``est_cpu`` (CPU seconds per second, comparable
     with ``batch_utilisation``), ``est_state_rows`` and ``est_memory_bytes``: the sums over the
     query's configured queries (``CostModel.estimates``, default key populations as ``netmon
-    explain``); NaN where the rate is unknown.
+    explain``), the shared query's CPU with the read and decode and the per-batch costs (the sum
+    of ``netmon explain``'s parts, what ``batch_utilisation`` measures); NaN where the rate is
+    unknown.
     """
     out = df.copy()
     shared = out[out["query"] == SHARED_QUERY]
@@ -231,17 +233,24 @@ def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.D
     rate = pd.to_numeric(out["packets_per_s"], errors="coerce").astype("float64")
     by_messages = pd.to_numeric(out["input_messages_per_s"], errors="coerce").astype("float64") * per_message
     out["rate_pps"] = rate.where(out["query"] == SHARED_QUERY, by_messages)
-    model = CostModel(consts, watermark_s=cfg.pipeline.watermark_s)
+    model = CostModel(consts, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
     memo: dict[float, dict[str, tuple[float, float, float]]] = {}
 
     def at(pps: float) -> dict[str, tuple[float, float, float]]:
         key = float(f"{pps:.3g}")  # three significant digits: the estimates move smoothly
         if key not in memo:
+            w = Workload(rate_pps=key)
             sums: dict[str, tuple[float, float, float]] = {}
-            for e in model.estimates(cfg, Workload(rate_pps=key)):
+            for e in model.estimates(cfg, w):
                 q = _query_of(e.kind)
                 cpu, rows, mem = sums.get(q, (0.0, 0.0, 0.0))
                 sums[q] = (cpu + e.cpu, rows + e.state_rows, mem + e.memory_bytes)
+            if SHARED_QUERY in sums:
+                # the whole batch, as batch_utilisation measures it: the shared read and decode
+                # and the per-batch costs besides the queries' own (``netmon explain``'s parts)
+                extra = model.decode(w).cpu + sum(model.overheads(cfg.pipeline.kinds, w).values())
+                cpu, rows, mem = sums[SHARED_QUERY]
+                sums[SHARED_QUERY] = (cpu + extra, rows, mem)
             memo[key] = sums
         return memo[key]
 

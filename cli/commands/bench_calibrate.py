@@ -24,10 +24,16 @@ __all__ = ["command"]
 @click.option(
     "--repeats", type=int, default=3, show_default=True, help="Timed runs per size (the median counts)."
 )
+@click.option(
+    "--pipeline",
+    is_flag=True,
+    help="Also measure the per-batch and pipeline terms in a running pipeline (a temporary broker"
+    " and Spark, about 2 minutes).",
+)
 @click.option("--dry-run", is_flag=True, help="Measure and print, write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 @pass_config
-def command(cfg: Config, scale: float, repeats: int, dry_run: bool, as_json: bool) -> None:
+def command(cfg: Config, scale: float, repeats: int, pipeline: bool, dry_run: bool, as_json: bool) -> None:
     """Measure the cost model's per-operation constants on this machine (about 10 s at --scale 1)."""
     from bench.calibrate import calibrate, format_report
 
@@ -37,9 +43,10 @@ def command(cfg: Config, scale: float, repeats: int, dry_run: bool, as_json: boo
             scale=scale,
             repeats=max(1, repeats),
             write=not dry_run,
+            pipeline=pipeline,
             say=lambda s: click.echo(s, err=True),
         )
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, RuntimeError) as exc:
         click.echo(f"netmon bench calibrate: error: {exc}", err=True)
         sys.exit(1)
     click.echo(json.dumps(result, indent=2) if as_json else "\n".join(format_report(result)))

@@ -296,3 +296,66 @@ def test_the_stage_split_conserves_every_query_and_the_decode() -> None:
     for e in ests:  # each query's stage 1 is a part of its CPU, and every kind's first pass
         assert 0 < e.stage1_cpu <= e.cpu or (e.kind == "joins" and e.stage1_cpu == 0)
     assert parts["topk"]["state_rows"] == pytest.approx(sum(e.state_rows for e in ests if e.kind == "topk"))
+
+
+def test_pipeline_factors_scale_each_part_and_leave_state_alone() -> None:
+    from netmon.config import load_config
+
+    cfg = load_config(None, env={})
+    w = Workload(rate_pps=40_000)
+    plain = CostModel(DEFAULT_CONSTANTS)
+    scaled = CostModel(
+        CostConstants(
+            stage1_factor=3.0, topk_factor=0.5, distinct_factor=0.25, joins_factor=40.0, traffic_factor=7.0
+        )
+    )
+    factor = {"topk": 0.5, "distinct": 0.25, "joins": 40.0, "traffic": 7.0}
+    for a, b in zip(plain.estimates(cfg, w), scaled.estimates(cfg, w), strict=True):
+        assert b.stage1_cpu == pytest.approx(3.0 * a.stage1_cpu)
+        assert b.cpu - b.stage1_cpu == pytest.approx(factor[a.kind] * (a.cpu - a.stage1_cpu))
+        assert (b.state_rows, b.memory_bytes, b.ops) == (a.state_rows, a.memory_bytes, a.ops)
+    assert scaled.decode(w).cpu == pytest.approx(3.0 * plain.decode(w).cpu)
+    # a sampled query's estimate (the knapsack's) is scaled alike
+    q = cfg.queries.topk[0]
+    assert scaled.topk(w, q, keep=0.25).stage1_cpu == pytest.approx(
+        3.0 * plain.topk(w, q, keep=0.25).stage1_cpu
+    )
+
+
+def test_per_batch_overheads_follow_the_trigger_and_join_the_parts() -> None:
+    from analytics.explain import estimated_parts
+    from netmon.config import load_config
+
+    cfg = load_config(None, env={})
+    c = CostConstants(stage1_batch_s=0.12, topk_batch_s=0.03, joins_batch_s=0.02, features_row_s=5e-7)
+    w = Workload(rate_pps=20_000)
+    for trigger in (0.5, 1.0, 4.0):
+        model = CostModel(c, trigger_s=trigger)
+        over = model.overheads(("traffic", "topk", "joins", "features"), w)
+        assert over == pytest.approx(
+            {
+                "stage1": 0.12 / trigger,
+                "traffic": 0.0,
+                "topk": 0.03 / trigger,
+                "joins": 0.02 / trigger,
+                "features": 20_000 * 5e-7,
+            }
+        )
+        ests, decode = model.estimates(cfg, w), model.decode(w)
+        parts = estimated_parts(ests, decode, over)
+        bare = estimated_parts(ests, decode)
+        for part, extra in over.items():
+            assert parts[part]["cpu"] == pytest.approx(bare.get(part, {"cpu": 0.0})["cpu"] + extra)
+    assert CostModel(c).overheads(("sys",), w) == {}  # no kind reads the packets: no shared pass
+    with pytest.raises(ValueError, match="trigger_s"):
+        CostModel(c, trigger_s=0)
+
+
+def test_an_older_calibration_without_the_pipeline_terms_loads(tmp_path: Path) -> None:
+    old = {k: v for k, v in DEFAULT_CONSTANTS.to_dict().items() if not k.endswith(("_batch_s", "_factor"))}
+    old.pop("features_row_s")
+    path = tmp_path / "calibration" / "cost-model.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"constants": {**old, "decode_row_s": 2e-6}}))
+    got = load_constants(tmp_path)
+    assert got.decode_row_s == 2e-6 and got.stage1_factor == 1.0 and got.stage1_batch_s == 0.0

@@ -1,0 +1,210 @@
+"""``netmon bench calibrate --pipeline``: the cost model's per-batch and pipeline terms, measured
+in the running pipeline (seed 004 §5: the constants come from measurements on the machine).
+
+``bench.calibrate`` times netmon's operations one at a time, as the seeds' formulas count them
+per tuple. The running pipeline also pays, per micro-batch, whatever the batch holds (a Spark
+job's scheduling and its tasks' start, each kind's commit and state version), and per record work
+no formula names (the JVM's Kafka read, Arrow conversions, the join's staging on the driver).
+Compared with a running pipeline those estimates were off by 0.1× to thousands of times
+(docs/performance.md, "The cost model beside the measurements").
+
+This measures both on the real thing: a temporary broker, a generated ``baseline`` capture
+replayed once, then the default kinds drained (``availableNow``) several times with a different
+``[pipeline] max_batch_messages`` each, so the batches hold a few sizes of input. Each part of
+the shared query's ``sys`` rows (``stage1_s``, ``topk_s``, ...) is fitted to
+``fixed + per_packet·packets`` by least squares (``analytics.explain.part_fits``) over every
+batch but each drain's first (the first batch plans the query). Then per part:
+
+- ``<part>_batch_s`` = the fitted ``fixed`` (clamped at 0): what a batch costs whatever it holds;
+- ``<part>_factor`` = the fitted ``per_packet`` over the formulas' own estimate per packet at the
+  capture's workload (the micro-benchmark constants, factors 1): what the formulas miss per
+  record, as a ratio, so the formulas still carry how a cost moves with keys, windows and k;
+- ``features_row_s`` = the fitted ``per_packet`` (the alert features have no formula).
+
+A departure from the seeds, which calibrate each operator's per-tuple constants alone: the
+overheads around the operators here are larger than the operators (docs/overload.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, workload_of
+from analytics.explain import estimated_parts, part_fits
+from netmon.config import Config
+
+__all__ = ["PARTS", "derive", "measure_batches", "pipeline_constants"]
+
+#: The parts of the shared query's ``sys`` rows, as ``analytics.explain`` names them.
+PARTS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
+#: Messages (of 1,000 records) per batch in each drain: batches of a few sizes for the fit.
+SIZES = (5, 20, 80)
+
+
+def _model_fields(cfg: Config) -> list[str]:
+    """The record fields whose distinct values the model needs (keys, counted items, groups)."""
+    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
+    fields += [
+        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
+    ]
+    return fields
+
+
+def derive(
+    fits: dict[str, dict[str, float]], formulas: dict[str, dict[str, float]], rate_pps: float
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The constants from the fits: per part ``<part>_batch_s`` (the fit's ``fixed_s``, at least
+    0) and ``<part>_factor`` (its ``per_packet_s`` over the formulas' CPU per packet at
+    ``rate_pps``, ``formulas[part]["cpu"] / rate_pps``); ``features_row_s`` its ``per_packet_s``.
+    A part without a fit, or whose slope is not positive, keeps the defaults (said in the notes).
+
+    >>> fits = {"stage1": {"fixed_s": 0.3, "per_packet_s": 4e-6},
+    ...         "topk": {"fixed_s": -0.01, "per_packet_s": 1e-7}}
+    >>> found, notes = derive(fits, {"stage1": {"cpu": 0.1}, "topk": {"cpu": 0.01}}, 50_000)
+    >>> found
+    {'stage1_batch_s': 0.3, 'stage1_factor': 2.0, 'topk_batch_s': 0.0, 'topk_factor': 0.5}
+    >>> notes["topk"]
+    'fixed -0.0100 s per batch: taken as 0'
+    """
+    found: dict[str, float] = {}
+    notes: dict[str, Any] = {}
+    for part in PARTS:
+        fit = fits.get(part)
+        if fit is None:
+            notes[part] = "no fit (fewer than three batches, or sizes too alike): defaults kept"
+            continue
+        fixed, slope = fit["fixed_s"], fit["per_packet_s"]
+        if slope <= 0:
+            notes[part] = f"slope {slope:.3g} s a packet is not positive: defaults kept"
+            continue
+        found[f"{part}_batch_s"] = max(0.0, fixed)
+        if fixed < 0:
+            notes[part] = f"fixed {fixed:.4f} s per batch: taken as 0"
+        if part == "features":
+            found["features_row_s"] = slope
+            continue
+        per_packet = formulas.get(part, {}).get("cpu", 0.0) / rate_pps if rate_pps > 0 else 0.0
+        if per_packet > 0:
+            found[f"{part}_factor"] = slope / per_packet
+        else:
+            notes[part] = f"{notes.get(part, '')}; no formula cost: factor 1".lstrip("; ")
+    return found, notes
+
+
+def measure_batches(
+    cfg: Config,
+    spark: Any,
+    capture: Path,
+    sizes: tuple[int, ...] = SIZES,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[dict[str, Any]]:
+    """The shared query's ``sys`` rows of one ``availableNow`` drain of ``capture`` per size in
+    ``sizes`` (``max_batch_messages``), each drain's first batch left out; a warm-up drain first."""
+    from ingest.replay import ReplayOptions, replay
+    from netmon.kafka_admin import recreate_topic
+    from netmon.results import SHARED_QUERY, read_results, results_dir
+    from pipeline.job import start_pipeline
+
+    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
+    close = cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s
+    summary = replay(
+        capture,
+        bootstrap=cfg.kafka.bootstrap,
+        topic=cfg.kafka.packets_topic,
+        options=ReplayOptions(close_windows_s=close),
+        partitions=cfg.kafka.partitions,
+        progress=False,
+    )
+    rows: list[dict[str, Any]] = []
+    for label, size in [("warm-up", max(sizes)), *((f"{m} messages a batch", m) for m in sizes)]:
+        run = cfg.replace(pipeline={"max_batch_messages": size})
+        shutil.rmtree(run.paths.data_dir, ignore_errors=True)
+        say(f"drain ({label}): {summary.acknowledged:,} packets ...")
+        started = time.perf_counter()
+        pipeline = start_pipeline(spark, run, available_now=True)
+        pipeline.await_termination(3600)
+        failed = pipeline.failed()
+        pipeline.stop()
+        if failed:
+            raise RuntimeError(f"the pipeline failed: {failed}")
+        if label == "warm-up":
+            continue
+        table = read_results(results_dir(run, "sys"))
+        mine = sorted(
+            (r for r in (table.to_pylist() if table is not None else []) if r.get("query") == SHARED_QUERY),
+            key=lambda r: r["batch_id"],
+        )
+        say(f"  {len(mine)} batches in {time.perf_counter() - started:.1f} s")
+        rows += mine[1:]  # the first batch plans the query and starts the Python workers
+    return rows
+
+
+def pipeline_constants(
+    cfg: Config,
+    base: CostConstants,
+    *,
+    packets: int = 160_000,
+    duration_s: float = 4.0,
+    sizes: tuple[int, ...] = SIZES,
+    spark: Any = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Measure the per-batch and pipeline terms (module docstring) on a temporary broker and
+    ``spark`` (by default a session of ``cfg``'s, built and stopped). Returns ``constants`` (to
+    merge into ``base``), ``fits``, ``notes``, ``rate_pps``, ``batches`` and the formulas' CPU per
+    packet, ``formulas_per_packet_s``."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from bench.ingest import temporary_broker
+    from ingest import read_records
+    from ingest.generate import generate
+    from pipeline.session import build_session
+
+    if packets < 1000 * max(sizes) * 2:
+        raise ValueError(f"packets: at least {2000 * max(sizes):,} for batches of {max(sizes)} messages")
+    work = Path(tempfile.mkdtemp(prefix="netmon-calibrate-pipeline-"))
+    try:
+        with temporary_broker(work / "broker") as bootstrap:
+            run = cfg.replace(
+                paths={"state_dir": work / "state", "data_dir": work / "data"},
+                kafka={"bootstrap_servers": bootstrap, "packets_topic": "calibrate.packets"},
+                pipeline={"publish_results": False},
+                resources={"manage": False},
+            )
+            capture = work / "baseline.pcap"
+            say(f"generating {packets:,} baseline packets over {duration_s:g} s ...")
+            generate(capture, scenario="baseline", packets=packets, duration_s=duration_s, seed=7)
+            session = spark or build_session(run, "netmon-calibrate-pipeline", ui=False)
+            try:
+                rows = measure_batches(run, session, capture, sizes, say)
+            finally:
+                if spark is None:
+                    session.stop()
+        records = pa.Table.from_batches(list(read_records(capture)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rate = packets / duration_s  # the capture's event-time rate: what a sub-window holds
+    # the formulas alone: the micro-benchmark constants, without any pipeline term
+    terms = [f for f in dataclasses.fields(CostConstants) if f.name.endswith(("_batch_s", "_factor"))]
+    defaults: dict[str, Any] = {f.name: getattr(DEFAULT_CONSTANTS, f.name) for f in terms}
+    plain = dataclasses.replace(base, **defaults, features_row_s=0.0)
+    model = CostModel(plain, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
+    w = workload_of(records, rate, _model_fields(cfg))
+    formulas = estimated_parts(model.estimates(cfg, w), model.decode(w))
+    fits = part_fits(rows)
+    found, notes = derive(fits, formulas, rate)
+    return {
+        "constants": found,
+        "fits": fits,
+        "notes": notes,
+        "rate_pps": rate,
+        "batches": len(rows),
+        "formulas_per_packet_s": {p: v["cpu"] / rate for p, v in formulas.items()},
+    }

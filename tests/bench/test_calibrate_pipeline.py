@@ -1,0 +1,89 @@
+"""``bench.calibrate_pipeline`` (``netmon bench calibrate --pipeline``): the per-batch and pipeline
+terms of the cost model, fitted on the running pipeline's own ``sys`` rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analytics.cost_model import CostConstants, load_constants
+from analytics.explain import part_fits
+from bench.calibrate_pipeline import PARTS, derive
+
+
+def test_derive_recovers_the_fixed_cost_and_the_factor_of_known_lines() -> None:
+    rng = np.random.default_rng(3)
+    fixed = {"stage1": 0.12, "topk": 0.025, "distinct": 0.02, "features": 0.011, "joins": 0.026}
+    slope = {"stage1": 2.5e-5, "topk": 9.7e-7, "distinct": 1.4e-6, "features": 6.4e-7, "joins": 1.3e-6}
+    sizes = rng.integers(4_000, 80_000, 30)
+    rows = [
+        {"packets": int(n), **{f"{p}_s": fixed[p] + slope[p] * n + rng.normal(0, 1e-4) for p in fixed}}
+        for n in sizes
+    ]
+    rate = 40_000.0
+    formulas = {
+        "stage1": {"cpu": 0.1},
+        "topk": {"cpu": 0.06},
+        "distinct": {"cpu": 0.8},
+        "joins": {"cpu": 0.0},
+    }
+    found, notes = derive(part_fits(rows), formulas, rate)
+    for p in ("stage1", "topk", "distinct", "features", "joins"):
+        assert found[f"{p}_batch_s"] == pytest.approx(fixed[p], abs=2e-3)
+    assert found["stage1_factor"] == pytest.approx(slope["stage1"] / (0.1 / rate), rel=0.01)
+    assert found["topk_factor"] == pytest.approx(slope["topk"] / (0.06 / rate), rel=0.02)
+    assert found["features_row_s"] == pytest.approx(slope["features"], rel=0.02)
+    assert "joins_factor" not in found and "factor 1" in notes["joins"]  # no formula to scale
+    assert "traffic" in notes and "traffic_batch_s" not in found  # no rows: defaults kept
+    # every key derive returns is a constant the model knows
+    assert set(found) <= {f.name for f in dataclasses.fields(CostConstants)}
+
+
+def test_a_falling_line_keeps_the_defaults() -> None:
+    rows = [{"packets": n, "topk_s": 0.5 - 1e-6 * n} for n in (1_000, 10_000, 100_000)]
+    found, notes = derive(part_fits(rows), {"topk": {"cpu": 0.01}}, 1_000.0)
+    assert found == {} and "not positive" in notes["topk"]
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_small_calibration_fits_every_part_and_explain_uses_it(spark, tmp_path: Path) -> None:
+    from analytics.cost_model import Workload
+    from analytics.explain import explain
+    from bench.calibrate import calibrate
+    from netmon.config import load_config
+
+    cfg = load_config(None, env={}).replace(paths={"state_dir": tmp_path / "state"})
+    result = calibrate(
+        cfg,
+        scale=0.2,
+        repeats=1,
+        pipeline=True,
+        spark=spark,
+        pipeline_options={"packets": 16_000, "sizes": (2, 4, 8)},
+    )
+    measured = result["pipeline"]
+    # three drains of 16 messages in batches of 2, 4 and 8 messages, each without its first batch
+    assert measured["batches"] >= 7
+    assert set(measured["fits"]) == set(PARTS)
+    stored = load_constants(cfg.paths.state_dir)
+    # every part is set from its own fit, or left at its defaults with the reason said (a few
+    # small batches on a busy machine can make a line fall: that is a measurement, not a rule)
+    for part in PARTS:
+        fit = measured["fits"][part]
+        if fit["per_packet_s"] > 0:
+            assert getattr(stored, f"{part}_batch_s") == max(0.0, fit["fixed_s"])
+            formula = measured["formulas_per_packet_s"].get(part, 0.0)
+            if part == "features":
+                assert stored.features_row_s == fit["per_packet_s"]
+            elif formula > 0:  # the factor: the pipeline's slope over the formulas' per packet
+                assert getattr(stored, f"{part}_factor") == pytest.approx(fit["per_packet_s"] / formula)
+        else:
+            assert getattr(stored, f"{part}_batch_s") == 0.0 and "not positive" in measured["notes"][part]
+            assert getattr(stored, f"{part}_factor", 1.0) == 1.0
+    # netmon explain's parts carry the per-batch costs at the configured trigger
+    report = explain(cfg, Workload(rate_pps=10_000), stored)
+    assert report["overheads"]["stage1"] == pytest.approx(stored.stage1_batch_s / cfg.pipeline.trigger_s)
