@@ -48,6 +48,8 @@ SPAN_S = 60.0
 #: The ``sys`` columns of the seconds a shared query's parts took (``pipeline.sys_stats``):
 #: ``stage1`` the shared read and decode, then each batch kind's own step.
 _PART_SECONDS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
+#: The ``sys`` columns of the state the batch kinds hold in their own files.
+_STATE_ROWS = ("traffic_state_rows", "topk_state_rows", "distinct_state_rows")
 
 
 def query_plan(cfg: Config, e: Estimate) -> str:
@@ -237,7 +239,7 @@ def _query_measured(rows: Sequence[Mapping[str, Any]], now: float) -> dict[str, 
             for p in _PART_SECONDS
         }
     out["parts_cpu"] = {p: v for p, v in parts.items() if v is not None}
-    for column in ("state_rows", "state_bytes", "join_state_rows", "lag_messages", "backlog_s"):
+    for column in ("state_rows", "state_bytes", "join_state_rows", "lag_messages", "backlog_s", *_STATE_ROWS):
         out[column] = _last(rows, column)
     return out
 
@@ -263,9 +265,10 @@ def measured_from_sys(
     of the trigger interval (``basis`` ``"batch"`` instead of ``"span"``).
 
     Per kind (the estimates' kinds): a part of the shared query is its own kind (``stage1``, the
-    shared read and decode, has no estimate), with no state rows (the batch kinds keep their
-    state in their own files); a query without parts is one kind, its state the tuples held in
-    the join windows (``join_state_rows``), else Spark's state rows.
+    shared read and decode, has no estimate), its state rows the rows the kind holds in its own
+    files after the newest batch (``<kind>_state_rows``; the joins: ``join_state_rows``); a
+    query without parts is one kind, its state the tuples held in the join windows
+    (``join_state_rows``), else Spark's state rows.
     """
     now = time.time() if now is None else now
     queries: dict[str, dict[str, Any]] = {}
@@ -281,8 +284,9 @@ def measured_from_sys(
     for query, q in queries.items():
         if q["parts_cpu"]:
             for part, cpu in q["parts_cpu"].items():
-                # the joins' windows are counted on the shared query's rows (join_state_rows)
-                held = q["join_state_rows"] if part == "joins" else None
+                # the joins' windows are counted on the shared query's rows (join_state_rows),
+                # the other kinds' state in their own columns (an older netmon's rows: none)
+                held = q["join_state_rows"] if part == "joins" else q.get(f"{part}_state_rows")
                 kinds[part] = {"cpu": cpu, "state_rows": held, "query": query}
         else:
             rows_held = q["join_state_rows"] if q["join_state_rows"] is not None else q["state_rows"]

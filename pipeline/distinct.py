@@ -353,6 +353,10 @@ class SlidingDistinct:
         self.rank = rank
         #: late rows skipped by this process's batches
         self.late_rows = 0
+        #: sketches held after the last batch, one per (group, sub-window) row of the store's
+        #: batches still kept (the ``sys`` rows' ``distinct_state_rows``); None before the first
+        self.state_rows: int | None = None
+        self._store_rows: dict[int, int] = {}  # a kept store batch's rows (its Parquet footer)
         #: seconds (and sketch rows) of stage 3's parts over this process's batches
         self.timings: dict[str, float] = {}
         # Set by prepare(), before each batch.
@@ -552,6 +556,7 @@ class SlidingDistinct:
         # Kept only once the batch committed: a batch that fails, or runs again, rebuilds them.
         self._carries = carries
         self._drop_unneeded(self._before, lows)
+        self.state_rows = self._held_rows(batch_id, store.num_rows)
         log.debug(
             "distinct batch",
             extra={
@@ -644,6 +649,22 @@ class SlidingDistinct:
                 "distinct": pa.array(distinct, pa.int64()),
             }
         )
+
+    def _held_rows(self, batch_id: int, rows: int) -> int:
+        """The sketch rows of every store batch still on disk, this one's ``rows`` included."""
+        self._store_rows[batch_id] = rows
+        held = 0
+        for b in sorted(self._before) + [batch_id]:
+            path = self.store / f"batch-{b:06d}" / "part-0.parquet"
+            if b not in self._store_rows:
+                try:  # written by an earlier process: its footer says
+                    self._store_rows[b] = pq.read_metadata(path).num_rows
+                except OSError:
+                    continue
+            if path.exists():
+                held += self._store_rows[b]
+        self._store_rows = {b: n for b, n in self._store_rows.items() if b in self._before or b == batch_id}
+        return held
 
     def _drop_unneeded(self, before: dict[int, dict], lows: dict[str, int]) -> None:
         """Delete store batches older than the previous one whose sketches no window can still hold.

@@ -477,6 +477,11 @@ class SharedBatch:
             seconds=dict(self.seconds),
             keep=dict(keep),
             observed=observed,
+            state={
+                name: int(rows)
+                for name, function in self.functions.items()
+                if (rows := getattr(function, "state_rows", None)) is not None
+            },
         )
         while len(self._figures) > self.FIGURES_KEPT:
             self._figures.popitem(last=False)

@@ -83,6 +83,8 @@ _UTC_US = pa.timestamp("us", tz="UTC")
 #: The shared query's parts whose seconds a row carries (``SharedBatch.seconds``): ``stage1`` (the
 #: Kafka read, decode and every kind's stage 1) and each batch kind's own step.
 BATCH_KIND_SECONDS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
+#: The batch kinds whose state rows the ``sys`` rows record (the joins': ``join_state_rows``).
+STATE_KINDS = ("traffic", "topk", "distinct")
 
 #: The columns of ``results/sys/`` (``docs/results.md``, "sys").
 SYS_SCHEMA = pa.schema(
@@ -116,6 +118,9 @@ SYS_SCHEMA = pa.schema(
         # the intake drop box (before the decode): its fraction and the records it skipped
         ("intake", pa.float64()),
         ("sampled", pa.int64()),
+        # the state each batch kind holds in its own files after the batch (the cost model's
+        # state rows, compared by ``netmon explain``)
+        *((f"{kind}_state_rows", pa.int64()) for kind in STATE_KINDS),
     ]
 )
 
@@ -140,6 +145,8 @@ class BatchFigures:
     observed: Mapping[str, Mapping[str, Any]] | None = None
     #: records the intake drop box skipped before the decode (a part of ``packets``)
     sampled: int = 0
+    #: rows of state each kind holds after the batch (:data:`STATE_KINDS`; absent: not run)
+    state: Mapping[str, int] = field(default_factory=dict)
 
 
 class FiguresSource(Protocol):
@@ -443,6 +450,10 @@ def sys_row(
         ),
         "intake": float(figures.keep.get(INTAKE, 1.0)) if figures is not None else None,
         "sampled": figures.sampled if figures is not None else None,
+        **{
+            f"{kind}_state_rows": (figures.state.get(kind) if figures is not None else None)
+            for kind in STATE_KINDS
+        },
     }
 
 

@@ -241,6 +241,8 @@ class SlidingTopK:
         self.delay_ms = watermark_ms
         #: late rows (over all queries) skipped by this process's batches
         self.late_rows = 0
+        #: rows of state after the last batch (the ``sys`` rows' ``topk_state_rows``); None before
+        self.state_rows: int | None = None
         # Rows carry their query as a code: its position among the stage-1 names sorted as the
         # reports are written (query name ascending). Grouping millions of rows by the name's
         # text took 2.7 times as long as by an integer (measured), and b and k become numpy takes.
@@ -372,6 +374,9 @@ class SlidingTopK:
         )
         self._drop_open(keep={open_name, before["open"]})
         self.late_rows += late
+        # The state it holds after the batch, as the cost model counts it (Golab §6.2.2): every
+        # query's list pairs and global counters, and the open sub-windows' partial counts.
+        self.state_rows = held.num_rows + sum(m.algorithm.space for m in merges.values())
         log.debug("topk batch", extra={"batch": batch_id, "rows": len(out_names), "late": late})
 
     def _kept(

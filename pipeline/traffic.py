@@ -93,6 +93,9 @@ class SlidingTraffic:
         self.delay_ms = watermark_ms
         #: late rows skipped by this process's batches
         self.late_rows = 0
+        #: rows of state after the last batch, the open (window, protocol) counts (the ``sys``
+        #: rows' ``traffic_state_rows``); None before the first
+        self.state_rows: int | None = None
         #: the intake drop box's fraction in force for the next batch (:meth:`sample`)
         self.intake = 1.0
 
@@ -161,6 +164,7 @@ class SlidingTraffic:
             saved["keeps"] = [list(r) for r in keeps]
         self.state.save(batch_id, saved)
         self.late_rows += late
+        self.state_rows = len(open_windows)
         log.debug(
             "traffic batch",
             extra={"batch": batch_id, "closed": len(done), "open": len(open_windows), "late": late},

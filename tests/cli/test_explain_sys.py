@@ -336,6 +336,10 @@ def test_one_batch_gives_its_own_rates_and_share_of_the_trigger() -> None:
         "traffic": {"cpu": 0.05, "state_rows": None, "query": "packets"},
     }
     assert measured_from_sys({}, 60.0) == {"available": False, "source": "sys", "kinds": {}}
+    # a kind's state: its own column of the newest row (an older netmon's rows have none)
+    newer = {**row, "batch_id": 5, "batch_time": t + dt.timedelta(seconds=2), "traffic_state_rows": 14}
+    kinds = measured_from_sys({"packets": [row, newer]}, 60.0, now=t.timestamp() + 5)["kinds"]
+    assert kinds["traffic"]["state_rows"] == 14 and kinds["stage1"]["state_rows"] is None
 
 
 def test_without_sys_rows_the_status_file_is_the_source(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ FIGURES = BatchFigures(
     packets=40_000,
     newest_ns=1_795_712_400_250_000_000,  # 2026-11-26T17:00:00.25Z
     seconds={"stage1": 0.5, "traffic": 0.05, "topk": 0.1, "distinct": 0.04},
+    state={"traffic": 12, "topk": 3_400, "distinct": 250},
 )
 
 #: The joins query's batch 7: the handshake query unshed (strategy none) and a PNI link query
@@ -207,6 +208,9 @@ EXPECTED_PACKETS = {
     "sample_fractions": None,
     "intake": 1.0,  # no intake drop box: every record decoded
     "sampled": 0,
+    "traffic_state_rows": 12,  # the state each kind holds in its own files, as the batch said
+    "topk_state_rows": 3_400,
+    "distinct_state_rows": 250,
 }
 EXPECTED_JOINS = {
     "query": "joins",
@@ -242,6 +246,9 @@ EXPECTED_JOINS = {
     "sample_fractions": None,
     "intake": None,
     "sampled": None,
+    "traffic_state_rows": None,
+    "topk_state_rows": None,
+    "distinct_state_rows": None,
 }
 
 

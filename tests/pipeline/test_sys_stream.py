@@ -70,3 +70,46 @@ def test_one_row_per_batch_of_each_query(spark, kafka_bootstrap, netmon_config, 
     sent = pipeline.publisher._done("sys")
     root = results_dir(cfg, "sys")
     assert sent == {f.relative_to(root).as_posix() for f in result_files(root)}
+
+
+def test_the_state_columns_are_what_each_kind_holds_on_disk(
+    spark, kafka_bootstrap, netmon_config, tmp_path: Path
+) -> None:
+    import base64
+
+    import pyarrow.parquet as pq
+
+    from analytics.topk_merge import TopKMerge
+    from netmon.results import SHARED_QUERY
+
+    cfg = _config(netmon_config, tmp_path, "netmon.test.sys-state", partitions=2).replace(
+        pipeline={"max_batch_messages": 10}
+    )
+    acked = _replay(cfg, SAMPLE, records_per_message=200)
+    pipeline = start_pipeline(spark, cfg, kinds=("traffic", "topk", "distinct", "sys"))
+    try:
+        _wait_for(pipeline, cfg, acked)
+        pipeline.process_all_available()
+    finally:
+        pipeline.stop()
+    table = read_results(results_dir(cfg, "sys"))
+    assert table is not None
+    rows = sorted(table.to_pylist(), key=lambda r: r["batch_id"])
+    last = rows[-1]["batch_id"]
+    kinds = pipeline.batch_functions[SHARED_QUERY].functions
+    # The oracles: the state each kind saved after its last batch, read back from its files.
+    traffic = kinds["traffic"].state.load(last + 1)
+    assert rows[-1]["traffic_state_rows"] == len(traffic["open"])
+    topk = kinds["topk"]
+    saved = topk.state.load(last + 1)
+    merges = [
+        TopKMerge.from_bytes(base64.b64decode(blob), topk.params[name])
+        for name, blob in saved["merges"].items()
+    ]
+    open_rows = pq.read_metadata(topk.store / saved["open"]).num_rows
+    assert rows[-1]["topk_state_rows"] == open_rows + sum(m.algorithm.space for m in merges) > 0
+    distinct = kinds["distinct"]
+    held = sum(pq.read_metadata(p).num_rows for p in distinct.store.glob("batch-*/part-0.parquet"))
+    assert rows[-1]["distinct_state_rows"] == held > 0
+    # every batch that ran the kinds says its state
+    assert all(r[f"{k}_state_rows"] is not None for r in rows for k in ("traffic", "topk", "distinct"))
