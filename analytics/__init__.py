@@ -87,4 +87,5 @@ __all__ = [
     "topk_eval",
     "topk_merge",
     "topk_offline",
+    "window_plan",
 ]

@@ -27,7 +27,15 @@ records, counts scaled by 1/x) and distinct counts (a sample of *items* by their
 ``pipeline.partials.item_kept``; a window's count is scaled by its fractions,
 ``pipeline.distinct``). A ``bytes`` top-k query's interval needs each key's packet sizes, which
 the sub-window lists do not keep; traffic stays exact (it is cheap: one group per protocol); the
-joins shed by PNI. Seed 004's other knobs, window and granularity, are not turned here.
+joins shed by PNI.
+
+6. **Window reduction** (:meth:`ResourceManager._windows`, seed 004 §4.3's bisection on one
+   shared f, ``analytics.window_plan``): when the estimated state of the shared kinds is over
+   ``[resources] memory_budget`` less the reserve, the top-k queries that have a QoS range
+   (``window_range_s``) get shorter windows, down to the range's minimum; they grow back when
+   it fits. The top-k kind applies them at the next batch boundary (``pipeline.window_knobs``:
+   the same mechanism as ``netmon tune --window``, and every row says the window it held).
+   Granularity is not turned: no operator changes it at run time yet.
 
 5. **The intake box, last** (:meth:`ResourceManager._intake`): when every query's box at its
    floor is still estimated over the bound — the Kafka read and the decode of every record are
@@ -57,6 +65,7 @@ from typing import Any
 
 from analytics.cost_model import CostModel, Workload, load_constants, place_sampling
 from analytics.explain import admission
+from analytics.window_plan import plan_windows
 from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
@@ -171,6 +180,8 @@ class ResourceManager:
                 "drop boxes",
                 extra={"batch": batch_id, "keep": decision["keep"], "load": decision["load"]},
             )
+        if decision.get("windows", {}) != before.get("windows", {}):
+            log.info("window reduction", extra={"batch": batch_id, "windows": decision.get("windows", {})})
         return dict(decision["keep"])
 
     def observe(self, batch_id: int, packets: int, seconds: float) -> None:
@@ -192,6 +203,27 @@ class ResourceManager:
             else:
                 total += e.cpu
         return total
+
+    def _windows(self, rate: float, keep: Mapping[str, float]) -> dict[str, float]:
+        """Window reduction (seed 004 §4.3, ``analytics.window_plan``): the top-k queries with a
+        QoS range (``window_range_s``) whose window the memory bound needs shorter than
+        configured, at the largest shared f whose estimated state fits; each at most its
+        configured ``window_s`` (the window asked for is the QoS target, the range's minimum
+        the floor). Empty while everything fits: the windows go back as soon as the estimate
+        at them fits again (state is not CPU: no measured correction, no damping needed).
+        """
+        ranged = {q.name: q for q in self._cfg.queries.topk if q.window_range_s}
+        if not ranged or "topk" not in self._cfg.pipeline.kinds:
+            return {}
+        plan = plan_windows(
+            self.model, self._cfg, Workload(rate_pps=rate), self.resources.memory_bound, keep=keep
+        )
+        return {name: s for name, s in plan.windows.items() if s < ranged[name].window_s}
+
+    @property
+    def windows(self) -> dict[str, float]:
+        """The windows the last decided batch shortens (query -> seconds; empty: none)."""
+        return {str(n): float(s) for n, s in (self.last.get("windows") or {}).items()}
 
     def _intake(
         self, intake: float, rate: float, keep: Mapping[str, float], correction: float, feasible: bool
@@ -257,8 +289,14 @@ class ResourceManager:
         keep = {n: max(x, self.lower(n)) for n, x in keep.items() if max(x, self.lower(n)) < 1}
         intake = max(float((before.get("keep") or {}).get(INTAKE, 1.0)), self.intake_floor)
         correction = before.get("correction")
+        windows = dict(before.get("windows") or {})
         if m is None or not self.names:
-            return {"keep": _with_intake(keep, intake), "correction": correction, "load": before.get("load")}
+            return {
+                "keep": _with_intake(keep, intake),
+                "windows": windows,
+                "correction": correction,
+                "load": before.get("load"),
+            }
         interval = max(m["interval_s"], self.trigger_s)
         # rate: the records read, those the intake box skipped included; reach: those decoded
         rate, load = m["packets"] / interval, m["seconds"] / interval
@@ -268,7 +306,12 @@ class ResourceManager:
             ratio = load / estimated
             correction = ratio if correction is None else ALPHA * ratio + (1 - ALPHA) * correction
         if not correction:
-            return {"keep": _with_intake(keep, intake), "correction": correction, "load": load}
+            return {
+                "keep": _with_intake(keep, intake),
+                "windows": self._windows(reach, keep),
+                "correction": correction,
+                "load": load,
+            }
         plan = place_sampling(
             self.model,
             self._cfg,
@@ -295,6 +338,7 @@ class ResourceManager:
         intake = self._intake(intake, rate, chosen, correction, plan.feasible)
         return {
             "keep": _with_intake({n: x for n, x in chosen.items() if x < 1}, intake),
+            "windows": self._windows(rate * intake, chosen),
             "correction": correction,
             "load": load,
             # False: even every drop box at its floor is estimated over the bound (the shared

@@ -34,7 +34,7 @@ import base64
 import logging
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import reduce
 from operator import and_, itemgetter
 from pathlib import Path
@@ -255,6 +255,11 @@ class SlidingTopK:
         #: the intake drop box's fraction in force for the next batch (before the decode)
         self.intake = 1.0
         self._bytes = {q.name for q in self.queries if q.weight == "bytes"}
+
+    def limit_windows(self, windows: Mapping[str, float]) -> None:
+        """The resource manager's window reduction for the next batch (query -> seconds): each
+        query's window is at most this (``WindowKnobs.decide``)."""
+        self.knobs.limits = dict(windows)
 
     def sample(self, keep: dict[str, float]) -> None:
         """The fraction of records each query's drop box keeps in the next batch (absent: 1), and

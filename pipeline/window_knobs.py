@@ -2,7 +2,8 @@
 
 ``netmon tune --window QUERY=SECONDS`` writes the windows wanted into a control file,
 ``<data_dir>/control/windows.json`` (``{"top-sources": 30}``), replaced atomically. The running
-pipeline reads it at each micro-batch: a top-k query whose window differs is resized at the
+pipeline reads it at each micro-batch (and the resource manager's window reduction, ``limits``:
+a window is at most the manager's): a top-k query whose window differs is resized at the
 batch boundary (``analytics.topk.SubWindowTopK.resize``), without a restart. Each batch's windows
 are saved under its id *before* it runs (:class:`WindowKnobs`), so a batch that Spark runs again
 applies the same ones and writes the same rows, whatever the control file says by then.
@@ -79,6 +80,8 @@ class WindowKnobs:
         self.control = control
         self.state = BatchState(Path(directory))
         self._refused: set[tuple[str, Any]] = set()
+        #: the resource manager's window reduction (query -> seconds): a window is at most this
+        self.limits: dict[str, float] = {}
 
     def decide(self, batch_id: int) -> dict[str, int]:
         """The window of every query in batch ``batch_id``, in ns (a rerun reads the saved ones)."""
@@ -98,6 +101,12 @@ class WindowKnobs:
                 continue
             assert q is not None
             windows[name] = round(seconds * _NS)
+        for name, seconds in self.limits.items():
+            q = self.queries.get(name)
+            # the manager picks multiples in the query's range (analytics.window_plan): checked
+            # again, as a knob from any source, and left out when it cannot be taken
+            if q is not None and q.window_problem(seconds) is None:
+                windows[name] = min(windows[name], round(seconds * _NS))
         self.state.save(batch_id, {"batch_id": batch_id, "windows": windows})
         return windows
 

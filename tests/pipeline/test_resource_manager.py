@@ -16,6 +16,7 @@ from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
 from pipeline.partials import INTAKE
 from pipeline.resource_manager import (
+    SHARED_KINDS,
     ResourceManager,
     admit,
     control_file,
@@ -279,3 +280,65 @@ def test_intake_min_of_one_never_samples_before_the_decode(tmp_path: Path) -> No
     m = _manager(tmp_path, clock, intake_min=1.0)
     got = _run(m, clock, [(200_000, 3.0)] * 6)
     assert all(INTAKE not in keep for keep in got) and got[-1]
+
+
+def test_window_reduction_under_the_memory_budget_and_back(tmp_path: Path) -> None:
+    from analytics.window_plan import plan_windows
+    from netmon.config import TopKQuery
+
+    ranged = TopKQuery(
+        name="top-sources", key="src_ip", window_s=60.0, sub_window_s=1.0, k=50, window_range_s=(5.0, 60.0)
+    )
+    cfg = Config().replace(
+        paths={"data_dir": tmp_path / "data"},
+        queries={"topk": (ranged, TopKQuery(name="top-pairs", key="src_ip,dst_ip"))},
+    )
+    model = CostModel(DEFAULT_CONSTANTS, 5.0)
+    # the kinds the manager estimates: those of the shared query it manages
+    shared = dataclasses.replace(cfg.pipeline, kinds=SHARED_KINDS)
+
+    def at(rate: float, window: float) -> float:
+        q = dataclasses.replace(ranged, window_s=window)
+        c = dataclasses.replace(cfg, queries=dataclasses.replace(cfg.queries, topk=(q, cfg.queries.topk[1])))
+        c = dataclasses.replace(c, pipeline=shared)
+        return sum(e.memory_bytes for e in model.estimates(c, Workload(rate_pps=rate)))
+
+    # a budget the full window at 40k packets/s does not fit, a 20-s window does (no reserve)
+    budget = int((at(40_000, 20.0) + at(40_000, 21.0)) / 2)
+    cfg = dataclasses.replace(
+        cfg, resources=dataclasses.replace(cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0)
+    )
+    clock = Clock()
+    m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=clock)
+    windows = []
+    for i, packets in enumerate([1_000, 40_000, 40_000, 1_000, 1_000]):
+        m.decide(i)
+        windows.append(m.windows)
+        if i == 2:  # Spark runs the batch again: the same windows, whatever was measured since
+            m.observe(i, 1_000, 0.1)
+            assert m.decide(i) == {} and m.windows == windows[-1]
+        clock.t += 1.0
+        m.observe(i, packets, 0.1)  # light on CPU: no drop box, only the memory bound acts
+    assert windows[0] == windows[1] == {}  # nothing measured over the bound yet
+    # the largest window in the range whose estimate fits: 20 s, as the plan and the brute force say
+    assert windows[2] == {"top-sources": 20.0}
+    plan = plan_windows(model, m._cfg, Workload(rate_pps=40_000), m.resources.memory_bound)
+    assert plan.windows == windows[2]
+    assert at(40_000, 20.0) <= m.resources.memory_bound < at(40_000, 21.0)
+    # the load falls: the window goes back to the configured one
+    assert windows[3] == {"top-sources": 20.0} and windows[4] == {}
+
+
+def test_the_top_k_kind_takes_the_managers_window_at_the_batch_boundary(tmp_path: Path) -> None:
+    from netmon.config import TopKQuery
+    from pipeline.window_knobs import WindowKnobs
+
+    q = TopKQuery(name="t", window_s=30.0, sub_window_s=2.0, window_range_s=(4.0, 30.0))
+    knobs = WindowKnobs((q,), None, tmp_path / "w")
+    assert knobs.decide(0) == {"t": 30_000_000_000}
+    knobs.limits = {"t": 10.0}
+    assert knobs.decide(1) == {"t": 10_000_000_000}
+    knobs.limits = {"t": 3.0}  # outside the range: left out, the configured window stays
+    assert knobs.decide(2) == {"t": 30_000_000_000}
+    knobs.limits = {}
+    assert knobs.decide(1) == {"t": 10_000_000_000}  # a rerun: the saved decision
