@@ -201,3 +201,44 @@ def test_the_intake_box_when_the_query_boxes_are_not_enough(
 
 def _ns(timestamp: object) -> int:
     return int(pc.cast(pa.scalar(timestamp), pa.int64()).as_py()) * 1000
+
+
+def test_window_reduction_when_the_state_is_over_the_memory_budget(
+    spark, kafka_bootstrap, netmon_config, tmp_path: Path
+) -> None:
+    from netmon.config import TopKQuery
+
+    ranged = TopKQuery(
+        name="top-sources", key="src_ip", window_s=10.0, sub_window_s=1.0, k=50, window_range_s=(2.0, 10.0)
+    )
+    cfg = _config(netmon_config, tmp_path, "netmon.test.window-reduction", partitions=1).replace(
+        pipeline={"max_batch_messages": 4},
+        queries={"topk": (ranged,)},
+        # CPU to spare (no drop box), state over any budget: the window goes to its minimum
+        resources={"manage": True, "cpu_budget": 64.0, "memory_budget": "1k", "intake_min": 1.0},
+    )
+    acked = _replay(cfg, SAMPLE, records_per_message=100)
+    pipeline = start_pipeline(spark, cfg, kinds=("traffic", "topk", "sys"))
+    try:
+        _wait_for(pipeline, cfg, acked)
+        pipeline.process_all_available()
+    finally:
+        pipeline.stop()
+    sys_rows = [r for r in read_results(results_dir(cfg, "sys")).to_pylist() if r["query"] == "packets"]
+    assert all(r["sample_keep"] == 1.0 for r in sys_rows)  # no drop box: CPU was never short
+    rows = [r for r in read_results(results_dir(cfg, "topk")).to_pylist() if r["count"] is not None]
+    spans = {r["window_s"] for r in rows}
+    # the first batch runs with the configured window (nothing measured before it), then the
+    # manager's: the range's minimum
+    assert 2.0 in spans and spans <= {2.0, 10.0}, spans
+    capture = pa.Table.from_batches(list(read_records(SAMPLE)), schema=ARROW_SCHEMA)
+    reduced = [r for r in rows if r["window_s"] == 2.0]
+    ends = {_ns(r["window_end"]) for r in reduced}
+    short = _true_counts(capture, "src_ip", 2_000_000_000, ends)
+    full = _true_counts(capture, "src_ip", 10_000_000_000, ends)
+    # Alg. 6's counts are lower bounds of the window's true counts: of the 2-s window, not the 10-s
+    assert all(r["count"] <= short[(_ns(r["window_end"]), r["key"])] for r in reduced)
+    assert sum(r["count"] for r in reduced) > 0.9 * sum(
+        short[(_ns(r["window_end"]), r["key"])] for r in reduced
+    )
+    assert any(full[(_ns(r["window_end"]), r["key"])] > r["count"] for r in reduced)  # the windows differ
