@@ -12,6 +12,7 @@ __all__ = [
     "calibrate",
     "calibrate_pipeline",
     "capture",
+    "coverage",
     "dashboard_day",
     "dashboard_render",
     "distinct",

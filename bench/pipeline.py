@@ -22,7 +22,9 @@ with a temporary broker on free ports:
   worth of records. Latency: per committed traffic window, its commit time (the commit file's
   modification time) minus its end — the time from the last packet of the window being produced
   to its row being readable by ``read_results`` — p50 and p99. This includes the watermark delay
-  and the window itself (the answer cannot exist earlier).
+  and the window itself (the answer cannot exist earlier). With ``coverage`` (by default with
+  ``manage``), what the pipeline read is read back from Kafka and every traffic, top-k and
+  distinct row is checked against its exact answer (:mod:`bench.coverage`).
 """
 
 from __future__ import annotations
@@ -194,9 +196,11 @@ def _at_rate(
     work: Path,
     say: Callable[[str], None],
     constants: Any = None,
+    coverage: bool = False,
 ) -> dict[str, Any]:
     import pyarrow as pa
 
+    from bench.coverage import consumed_offsets, measure_coverage
     from ingest import read_records
     from ingest.generate import generate
     from ingest.replay import ReplayOptions
@@ -252,6 +256,9 @@ def _at_rate(
     rss = _jvm_rss_mb(spark)
     phases = {name: _phases(q) for name, q in pipeline.queries.items()}
     pipeline.stop()
+    # After the stop (the running batch committed, no other began): what the rows cover.
+    offsets = consumed_offsets(pipeline.queries[SHARED_QUERY], cfg.kafka.packets_topic)
+    seen = _pipeline_counts(pipeline)
     produced_pps = summary.get("acknowledged", 0) / max(produced_s, 1e-9)
     records = pa.Table.from_batches(list(read_records(capture)))  # read once: the model, the latency
     model = _model_check(cfg, records, produced_pps, produced_s / 2, constants)
@@ -267,6 +274,7 @@ def _at_rate(
     ended = _latencies(cfg, started_wall)
     latencies = [x for _, x in ended]
     ts_ns = np.asarray(records.column("ts").cast(pa.int64()).to_numpy(), np.int64)
+    del records  # the capture's every column: gigabytes at a 5-minute rate, before the read-back
     produced = _produced_latencies(ended, ts_ns, summary, cfg.pipeline.watermark_s)
     from_sent = [x for end, x, _ in produced if end >= started_wall + WARM_S]
     from_closer = [x for end, _, x in produced if end >= started_wall + WARM_S]
@@ -279,7 +287,7 @@ def _at_rate(
     # without the producer's record of what it sent when, the event-time one.
     p99 = _percentile(from_closer, 0.99) if from_closer else _percentile(steady, 0.99)
     stats = pipeline.stats.get("traffic")
-    return {
+    figures = {
         "rate": rate,
         "seconds": seconds,
         "produced": int(summary.get("acknowledged", 0)),
@@ -317,6 +325,30 @@ def _at_rate(
         "model": model,
         **_drop_boxes(cfg),
     }
+    if coverage:
+        if offsets is None:
+            figures["coverage"] = None  # no batch reported its offsets: nothing to compare
+        else:
+            figures["coverage"] = measure_coverage(cfg, offsets, say=say, pipeline=seen)
+    return figures
+
+
+def _pipeline_counts(pipeline: Any) -> dict[str, Any]:
+    """What the shared query counted over the run: every record it read (decoded, or skipped by
+    the intake box) and its late drops — the decode's late rule, and each kind's rows of a
+    window already closed (``late_rows``)."""
+    from pipeline.job import SHARED_QUERY
+
+    shared = pipeline.batch_functions.get(SHARED_QUERY)
+    totals = getattr(shared, "totals", None) or {}
+    late = {"decode": int(totals.get("late", 0))}
+    kinds = getattr(shared, "functions", None) or {}  # the kinds run inside the shared query
+    for kind in ("traffic", "topk", "distinct"):
+        function = kinds.get(kind)
+        if function is not None:
+            late[kind] = int(getattr(function, "late_rows", 0))
+    records = totals.get("packets", 0) + totals.get("sampled", 0) if totals else None
+    return {"records": records, "late": late}
 
 
 def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constants: Any) -> dict[str, Any]:
@@ -324,8 +356,9 @@ def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constan
     issue 18's ±25 % check): per part — ``stage1`` (the tasks' read, decode and every kind's stage
     1) and each kind's driver part — its estimated CPU at the rate the producer held and the
     capture's key populations, the measured seconds per second of the ``sys`` rows of the last
-    ``span_s`` seconds of batches, their ratio, and the state rows each way (measured for the
-    joins' windows only: the other kinds keep their state in their own files)."""
+    ``span_s`` seconds of batches, their ratio, and the state rows each way (measured: the rows
+    each kind holds after the newest batch, the ``sys`` rows' ``<kind>_state_rows`` and
+    ``join_state_rows``)."""
     from analytics.cost_model import DEFAULT_CONSTANTS, workload_of
     from analytics.explain import explain, part_fits
     from netmon.recent_results import newest_rows_by_sink
@@ -481,6 +514,8 @@ def bench_pipeline(
     manage: bool = False,
     cpu_budget: float | None = None,
     constants: Any = None,
+    coverage: bool | None = None,
+    resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Drain throughput (and the rate ladder) per scenario; see the module docstring.
 
@@ -494,6 +529,10 @@ def bench_pipeline(
     ``manage``: run the resource manager (``[resources] manage``; ``cpu_budget`` its budget), to
     compare lag with and without drop boxes at the same rates; each rate then reports the
     fractions its batches applied (from the ``sys`` rows).
+    ``coverage``: after each rate, read back from Kafka what the pipeline consumed and check every
+    traffic, top-k and distinct row against its exact answer (:mod:`bench.coverage`); None (the
+    default): with ``manage`` only. ``resources``: more ``[resources]`` settings for the run
+    (``keep_min``, ``intake_min``, ...).
     """
     from bench.ingest import temporary_broker
     from ingest.generate import generate
@@ -509,14 +548,16 @@ def bench_pipeline(
                 kafka={"bootstrap_servers": bootstrap, "packets_topic": "bench.packets"},
                 pipeline={"publish_results": False},
             )
-            if manage or cpu_budget is not None:
+            if manage or cpu_budget is not None or resources:
                 cfg = cfg.replace(
                     resources={
                         "manage": manage,
                         **({"cpu_budget": cpu_budget} if cpu_budget is not None else {}),
+                        **(resources or {}),
                     }
                 )
             out["manage"] = manage
+            check = manage if coverage is None else coverage
             own = spark is None
             session = build_session(cfg, "netmon-bench-pipeline", ui=False) if own else spark
             for scenario in scenarios:
@@ -527,7 +568,7 @@ def bench_pipeline(
                     "drain": _drain(session, cfg, capture, say, warmup=warmup, baseline=baseline)
                 }
                 entry["rates"] = [
-                    _at_rate(session, cfg, scenario, r, seconds, work, say, constants) for r in rates
+                    _at_rate(session, cfg, scenario, r, seconds, work, say, constants, check) for r in rates
                 ]
                 held = [r["rate"] for r in entry["rates"] if r["sustained"]]
                 entry["sustained_pps"] = max(held) if held else None
@@ -541,6 +582,8 @@ def bench_pipeline(
 
 def format_report(result: dict[str, Any]) -> list[str]:
     """The figures as aligned text lines."""
+    from bench.coverage import format_coverage
+
     lines = [
         f"netmon bench pipeline: {result['packets']:,} packets over {result['duration_s']:g} s per scenario"
     ]
@@ -603,6 +646,10 @@ def format_report(result: dict[str, Any]) -> list[str]:
                         for part, f in fits.items()
                     )
                 )
+            if r.get("coverage"):
+                lines += format_coverage(r["coverage"])
+            elif "coverage" in r:
+                lines.append("    coverage: not measured (no batch reported the offsets it read)")
         if entry["rates"]:
             lines.append(f"  sustained: {entry['sustained_pps']}")
     return lines
