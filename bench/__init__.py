@@ -20,6 +20,7 @@ __all__ = [
     "join",
     "parse",
     "pipeline",
+    "scaling",
     "soak",
     "spark_baseline",
     "topk",

@@ -145,6 +145,13 @@ def node_properties(
         "offsets.topic.num.partitions": "4",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
+        # `down` stops every node at once. A broker's controlled shutdown waits (up to 5 minutes)
+        # for the controller quorum to commit it, and the nodes here are also that quorum: a node
+        # that acts on its SIGTERM after a majority of the others have exited (a loaded host, a
+        # GC pause) waits for a commit that cannot come and is SIGKILLed at the end of the grace.
+        # The leader moves it would make have nowhere to go when all nodes stop; each node's own
+        # clean shutdown (logs flushed, no recovery at the next `up`) does not depend on it.
+        "controlled.shutdown.enable": "false",
         # As the single local broker: a monitor's raw packets are transient.
         "log.retention.hours": "24",
         "log.retention.bytes": str(1 << 30),

@@ -21,6 +21,7 @@ from cli.main import LazyGroup
         "calibrate": "cli.commands.bench_calibrate:command",
         "dashboard": "cli.commands.bench_dashboard:command",
         "soak": "cli.commands.bench_soak:command",
+        "scaling": "cli.commands.bench_scaling:command",
     },
 )
 def command() -> None:
