@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from analytics.cost_model import CostModel, Workload
 from netmon.config import Config, TopKQuery
 
-__all__ = ["WindowPlan", "plan_windows", "window_at"]
+__all__ = ["WindowPlan", "estimated", "plan_windows", "window_at"]
 
 
 @dataclass(frozen=True)
@@ -62,20 +62,31 @@ def window_at(q: TopKQuery, f: float) -> float:
     return n_us / 1e6
 
 
+def estimated(
+    model: CostModel, cfg: Config, w: Workload, windows: Mapping[str, float], keep: Mapping[str, float]
+) -> tuple[float, float, float]:
+    """The configuration's estimated state rows, memory bytes and CPU s/s with the top-k windows
+    ``windows`` (query -> seconds; the others as configured) and the drop boxes ``keep``."""
+    rows = memory = cpu = 0.0
+    topk = {q.name: q for q in cfg.queries.topk}
+    for e in model.estimates(cfg, w):
+        if e.kind == "topk" and (e.query in windows or keep.get(e.query, 1.0) < 1):
+            q = topk[e.query]
+            e = model.topk(
+                w, dataclasses.replace(q, window_s=windows.get(q.name, q.window_s)), keep.get(q.name, 1.0)
+            )
+        rows += e.state_rows
+        memory += e.memory_bytes
+        cpu += e.cpu
+    return rows, memory, cpu
+
+
 def _estimates(
     model: CostModel, cfg: Config, w: Workload, f: float, keep: Mapping[str, float]
 ) -> tuple[dict[str, float], float, float]:
     """The windows at ``f`` and the configuration's total (memory bytes, CPU s/s) with them."""
     windows = {q.name: window_at(q, f) for q in cfg.queries.topk if q.window_range_s}
-    memory = cpu = 0.0
-    for e in model.estimates(cfg, w):
-        if e.kind == "topk":
-            q = next(q for q in cfg.queries.topk if q.name == e.query)
-            e = model.topk(
-                w, dataclasses.replace(q, window_s=windows.get(q.name, q.window_s)), keep.get(q.name, 1.0)
-            )
-        memory += e.memory_bytes
-        cpu += e.cpu
+    _, memory, cpu = estimated(model, cfg, w, windows, keep)
     return windows, memory, cpu
 
 

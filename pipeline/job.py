@@ -465,9 +465,20 @@ class SharedBatch:
             self.seconds[name] = time.perf_counter() - started
         for name, spent in self.seconds.items():
             self.total_seconds[name] = self.total_seconds.get(name, 0.0) + spent
+        state = {
+            name: int(rows)
+            for name, function in self.functions.items()
+            if (rows := getattr(function, "state_rows", None)) is not None
+        }
         if self.manager is not None:
-            # the records the batch read, the intake box's skipped ones included: the input rate
-            self.manager.observe(batch_id, counts["packets"] + counts["sampled"], time.perf_counter() - began)
+            # the records the batch read, the intake box's skipped ones included: the input rate;
+            # the state the kinds hold: the memory estimate's correction
+            self.manager.observe(
+                batch_id,
+                counts["packets"] + counts["sampled"],
+                time.perf_counter() - began,
+                sum(state.values()) if state else None,
+            )
         observed = None
         for function in self.functions.values():
             by_batch = getattr(function, "observed", None)  # the joins kind's statistics
@@ -480,11 +491,7 @@ class SharedBatch:
             seconds=dict(self.seconds),
             keep=dict(keep),
             observed=observed,
-            state={
-                name: int(rows)
-                for name, function in self.functions.items()
-                if (rows := getattr(function, "state_rows", None)) is not None
-            },
+            state=state,
         )
         while len(self._figures) > self.FIGURES_KEPT:
             self._figures.popitem(last=False)

@@ -65,7 +65,7 @@ from typing import Any
 
 from analytics.cost_model import CostModel, Workload, load_constants, place_sampling
 from analytics.explain import admission
-from analytics.window_plan import plan_windows
+from analytics.window_plan import estimated, plan_windows
 from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
@@ -184,9 +184,12 @@ class ResourceManager:
             log.info("window reduction", extra={"batch": batch_id, "windows": decision.get("windows", {})})
         return dict(decision["keep"])
 
-    def observe(self, batch_id: int, packets: int, seconds: float) -> None:
-        """What batch ``batch_id`` took: its packets and wall seconds (its interval at the next)."""
+    def observe(self, batch_id: int, packets: int, seconds: float, state_rows: int | None = None) -> None:
+        """What batch ``batch_id`` took: its packets and wall seconds (its interval at the next),
+        and the state rows its kinds hold after it (``sys`` ``<kind>_state_rows``; None: unknown)."""
         self._measured = {"packets": float(packets), "seconds": float(seconds), "interval_s": self.trigger_s}
+        if state_rows is not None:
+            self._measured["state_rows"] = float(state_rows)
 
     def _estimate(self, rate: float, keep: Mapping[str, float]) -> float:
         """The cost model's CPU (s/s) of the shared kinds at ``rate`` and the fractions ``keep``."""
@@ -204,7 +207,28 @@ class ResourceManager:
                 total += e.cpu
         return total
 
-    def _windows(self, rate: float, keep: Mapping[str, float]) -> dict[str, float]:
+    def _state_correction(
+        self, before: Mapping[str, Any], m: Mapping[str, float], rate: float, keep: Mapping[str, float]
+    ) -> float | None:
+        """The measured state rows over the model's at the windows and fractions in force, smoothed
+        as the CPU correction (an EWMA): the memory bound is divided by it, so the model says how
+        state moves with the windows and the measurement how much there is. None until measured.
+        A window still filling holds less than the model's full window: the correction starts
+        low and rises to the steady state."""
+        correction = before.get("state_correction")
+        measured = m.get("state_rows")
+        if measured is None or rate <= 0:
+            return correction
+        in_force = dict(before.get("windows") or {})
+        rows, _, _ = estimated(self.model, self._cfg, Workload(rate_pps=rate), in_force, keep)
+        if rows <= 0:
+            return correction
+        ratio = measured / rows
+        return ratio if correction is None else ALPHA * ratio + (1 - ALPHA) * correction
+
+    def _windows(
+        self, rate: float, keep: Mapping[str, float], state_correction: float | None = None
+    ) -> dict[str, float]:
         """Window reduction (seed 004 §4.3, ``analytics.window_plan``): the top-k queries with a
         QoS range (``window_range_s``) whose window the memory bound needs shorter than
         configured, at the largest shared f whose estimated state fits; each at most its
@@ -215,9 +239,8 @@ class ResourceManager:
         ranged = {q.name: q for q in self._cfg.queries.topk if q.window_range_s}
         if not ranged or "topk" not in self._cfg.pipeline.kinds:
             return {}
-        plan = plan_windows(
-            self.model, self._cfg, Workload(rate_pps=rate), self.resources.memory_bound, keep=keep
-        )
+        bound = self.resources.memory_bound / (state_correction or 1.0)
+        plan = plan_windows(self.model, self._cfg, Workload(rate_pps=rate), bound, keep=keep)
         return {name: s for name, s in plan.windows.items() if s < ranged[name].window_s}
 
     @property
@@ -295,21 +318,24 @@ class ResourceManager:
                 "keep": _with_intake(keep, intake),
                 "windows": windows,
                 "correction": correction,
+                "state_correction": before.get("state_correction"),
                 "load": before.get("load"),
             }
         interval = max(m["interval_s"], self.trigger_s)
         # rate: the records read, those the intake box skipped included; reach: those decoded
         rate, load = m["packets"] / interval, m["seconds"] / interval
         reach = rate * intake
-        estimated = self._estimate(reach, keep)
-        if estimated > 0 and rate > 0:
-            ratio = load / estimated
+        state_correction = self._state_correction(before, m, reach, keep)
+        cpu_estimate = self._estimate(reach, keep)
+        if cpu_estimate > 0 and rate > 0:
+            ratio = load / cpu_estimate
             correction = ratio if correction is None else ALPHA * ratio + (1 - ALPHA) * correction
         if not correction:
             return {
                 "keep": _with_intake(keep, intake),
-                "windows": self._windows(reach, keep),
+                "windows": self._windows(reach, keep, state_correction),
                 "correction": correction,
+                "state_correction": state_correction,
                 "load": load,
             }
         plan = place_sampling(
@@ -338,8 +364,9 @@ class ResourceManager:
         intake = self._intake(intake, rate, chosen, correction, plan.feasible)
         return {
             "keep": _with_intake({n: x for n, x in chosen.items() if x < 1}, intake),
-            "windows": self._windows(rate * intake, chosen),
+            "windows": self._windows(rate * intake, chosen, state_correction),
             "correction": correction,
+            "state_correction": state_correction,
             "load": load,
             # False: even every drop box at its floor is estimated over the bound (the shared
             # query's Kafka read and decode, and the queries without a drop box, remain)

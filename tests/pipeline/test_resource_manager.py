@@ -342,3 +342,49 @@ def test_the_top_k_kind_takes_the_managers_window_at_the_batch_boundary(tmp_path
     assert knobs.decide(2) == {"t": 30_000_000_000}
     knobs.limits = {}
     assert knobs.decide(1) == {"t": 10_000_000_000}  # a rerun: the saved decision
+
+
+def test_measured_state_corrects_the_memory_estimate(tmp_path: Path) -> None:
+    from analytics.window_plan import estimated, plan_windows
+    from netmon.config import TopKQuery
+    from pipeline.resource_manager import ALPHA
+
+    # a long window of long lists: its state is mostly the window's lists, which shrink with it
+    # (a short window's is mostly the open sub-windows' partial counts, which do not)
+    ranged = TopKQuery(
+        name="top-sources", window_s=600.0, sub_window_s=1.0, k=200, window_range_s=(60.0, 600.0)
+    )
+    # top-k's state the most of it (no distinct query), so the windows can make it fit
+    cfg = Config().replace(paths={"data_dir": tmp_path / "data"}, queries={"topk": (ranged,), "distinct": ()})
+    model = CostModel(DEFAULT_CONSTANTS, 5.0)
+    shared = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=SHARED_KINDS))
+    w = Workload(rate_pps=40_000)
+    _, full, _ = estimated(model, shared, w, {}, {})
+    cfg = dataclasses.replace(
+        cfg,
+        resources=dataclasses.replace(
+            cfg.resources, manage=True, memory_budget=str(int(full * 1.05)), reserve=0.0
+        ),
+    )
+    clock = Clock()
+    m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=clock)
+    # the kinds hold twice the rows the model says for the windows in force, then as many
+    factors = [2.0, 2.0, 1.0, 1.0, 1.0]
+    corrections, windows = [], []
+    for i, factor in enumerate(factors):
+        m.decide(i)
+        corrections.append(m.last.get("state_correction"))
+        windows.append(m.windows)
+        clock.t += 1.0
+        rows, _, _ = estimated(model, shared, w, m.windows, {})
+        m.observe(i, 40_000, 0.1, int(factor * rows))
+    c3 = ALPHA * 1.0 + (1 - ALPHA) * 2.0  # smoothed as the CPU correction
+    assert corrections[0] is None
+    assert corrections[1:] == pytest.approx([2.0, 2.0, c3, ALPHA * 1.0 + (1 - ALPHA) * c3], rel=1e-3)
+    # before any measurement the model alone: it fits (5 % room)
+    assert windows[0] == {}
+    for c, got in zip(corrections[1:], windows[1:], strict=True):
+        # the windows are the plan's at the bound over the correction
+        want = plan_windows(model, m._cfg, w, m.resources.memory_bound / c).windows
+        assert got == {n: x for n, x in want.items() if x < 600.0}
+    assert windows[1]["top-sources"] < windows[3]["top-sources"] < windows[4]["top-sources"]
