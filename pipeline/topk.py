@@ -498,7 +498,12 @@ def _with_precision(
         elif not interval:
             out.append((*row, x, None, None))
         else:
-            low, high = count_interval(count, x)
+            # Alg. 6's own error, beside the sample's: the count sums the key's sub-window counts
+            # where it made the top-k list; where it did not, its count was at most that list's
+            # k-th, so the window's (sampled, scaled) count lies in [count, count + delta]
+            # (Golab §6.2.2); the interval is the sample's around that range.
+            low = count_interval(count, x)[0]
+            high = count_interval(count + (row[1] or 0), x)[1]
             out.append((*row, x, math.floor(low), math.ceil(high)))
     return out
 

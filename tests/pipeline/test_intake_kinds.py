@@ -152,7 +152,7 @@ def test_top_k_rows_are_the_scaled_counts_at_the_intake_fraction(tmp_path: Path)
             # a byte count has no interval (the packets' sizes are not kept)
             assert r["count_low"] is None and r["count_high"] is None
         else:
-            low, high = count_interval(r["count"], R)
+            low, high = count_interval(r["count"], R)[0], count_interval(r["count"] + r["delta"], R)[1]
             assert (r["count_low"], r["count_high"]) == (math.floor(low), math.ceil(high))
 
 

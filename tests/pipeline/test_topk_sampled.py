@@ -71,7 +71,8 @@ def test_a_sampled_query_reports_the_horvitz_thompson_counts_of_the_kept_records
         if r["count"] is None:
             assert r["count_low"] is None and r["count_high"] is None
             continue
-        low, high = count_interval(r["count"], 0.25)
+        # the sample's interval around Alg. 6's range [count, count + delta]
+        low, high = count_interval(r["count"], 0.25)[0], count_interval(r["count"] + r["delta"], 0.25)[1]
         assert (r["count_low"], r["count_high"]) == (math.floor(low), math.ceil(high))
         assert r["count_low"] < r["count"] < r["count_high"]
     # the unsampled query beside it stays exact, and says so
