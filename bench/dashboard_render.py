@@ -1,5 +1,20 @@
 """How long each dashboard page takes to render in a real browser: Chromium driven by Playwright.
 
+Two measures, each against the same budget (``netmon bench dashboard`` reports both):
+
+- **a new tab** (:func:`render_times`): each page opened by its URL in a new tab, in the default
+  range (the last 15 minutes). This pays for loading Streamlit's frontend, a new session and
+  evaluating Plotly's 4.7 MB module before any chart is drawn: the cost of the first page an
+  operator opens, or of a reload.
+- **a page switch** (:func:`navigate_times`): the app opened once in one tab, its time range set
+  to the last 24 h by the sidebar's radio (the range is kept in the session, not in the URL:
+  ``dashboard.time_range``), then each page reached by clicking its link in the sidebar's
+  navigation, as an operator moves between pages: no reload, the frontend and Plotly stay
+  loaded, the server runs the page's script in the same session. A switch is timed from the
+  click to :data:`_SWITCHED`: a script run started after the click has ended, the ``h1`` is the
+  new page's title, and :data:`DRAWN` holds (until the new run has replaced them, the previous
+  page's elements are still there, drawn, so :data:`DRAWN` alone could be the old page's).
+
 :func:`render_times` starts the Streamlit dashboard (``dashboard.server``, as ``netmon dashboard``
 does) on a free port of 127.0.0.1 over a data and a state directory, opens every page of the app
 and
@@ -49,7 +64,7 @@ from typing import Any
 from dashboard.server import APP, start_background, wait_healthy
 from netmon.config import Config
 
-__all__ = ["DRAWN", "PageRender", "browser", "pages", "render_times", "serve"]
+__all__ = ["DRAWN", "PageRender", "browser", "navigate_times", "pages", "render_times", "serve"]
 
 #: The predicate, run in the page, that says it is drawn (see the module's doc).
 DRAWN = """() => {
@@ -77,15 +92,41 @@ _CONTENT = """() => {
     metrics: main.querySelectorAll('[data-testid="stMetric"]').length,
     exceptions: texts('[data-testid="stException"]'),
     alerts: texts('[data-testid="stAlert"]'),
+    range: [...document.querySelectorAll('[data-testid="stSidebar"] label')]
+      .filter((l) => l.querySelector('input[type="radio"]:checked'))
+      .map((l) => l.innerText.trim())[0] || '',
   };
 }"""
-#: Installed in each tab before the page's own scripts: notes when the first script run starts and
-#: ends (``performance.now()``, ms since the tab began loading), for the breakdown of the time.
+#: A page switch is over: the run started after the click (``__netmonArm``) has ended, the title
+#: is the new page's (``arguments``: the title), and the page is drawn (:data:`DRAWN`). The title
+#: check matters: until the new run has replaced the old page's elements, the old page is still
+#: there, drawn.
+_SWITCHED = (
+    """(title) => {
+  const marks = window.__netmonRun;
+  if (marks.started === undefined || marks.ended === undefined) return false;
+  const h1 = document.querySelector('[data-testid="stMain"] h1');
+  if (!h1 || h1.innerText.trim() !== title) return false;
+  return ("""
+    + DRAWN
+    + """)();
+}"""
+)
+#: Installed in each tab before the page's own scripts: notes when a script run starts and ends
+#: (``performance.now()``, ms since the tab began loading), for the breakdown of the time: the first
+#: run of the tab, or the first after ``window.__netmonArm()`` (called just before a page switch).
 _RUN_CLOCK = """(() => {
   const marks = (window.__netmonRun = {});
+  let last = null;
+  window.__netmonArm = () => {
+    marks.armed = performance.now();
+    marks.started = marks.ended = undefined;
+  };
   new MutationObserver(() => {
     const app = document.querySelector('[data-testid="stApp"]');
     const state = app && app.getAttribute('data-test-script-state');
+    if (state === last) return;
+    last = state;
     if (state === 'running' && marks.started === undefined) marks.started = performance.now();
     if (state === 'notRunning' && marks.started !== undefined && marks.ended === undefined)
       marks.ended = performance.now();
@@ -115,6 +156,11 @@ class PageRender:
     metrics: int = 0
     exceptions: list[str] = field(default_factory=list)
     alerts: list[str] = field(default_factory=list)
+    #: the sidebar's time range in force when drawn (its radio's choice)
+    range: str = ""
+    #: page switches only: the seconds of the first, unmeasured visit of the session (the
+    #: process's caches cold for that page's range), or None
+    first_s: float | None = None
 
     @property
     def median_s(self) -> float:
@@ -225,3 +271,88 @@ def _open(context: Any, url: str, path: str, timeout_s: float) -> tuple[float, d
         return seconds, shown
     finally:
         page.close()
+
+
+def navigate_times(
+    data_dir: Path,
+    state_dir: Path,
+    log_file: Path,
+    *,
+    rounds: int = 1,
+    time_range: str = "last 24 h",
+    timeout_s: float = 60.0,
+) -> list[PageRender]:
+    """Open the dashboard once, in one tab, set the sidebar's time range to ``time_range`` (its
+    radio, as a user does: the range is kept in the session, not the URL), then move to every
+    page ``rounds`` times by clicking its link in the sidebar's navigation (no reload: the
+    frontend and Plotly stay loaded, Streamlit runs the page's script in the same session); how
+    long each switch took, from the click to :data:`_SWITCHED`.
+
+    A first round, unmeasured, visits every page once (:attr:`PageRender.first_s`): as a
+    dashboard that has been serving, the process has then imported the pages' libraries and read
+    the range's files once. The measured rounds visit the pages in the app's order, each a switch
+    from the one before (the first from the last page). Raises ``RuntimeError`` when there is no
+    Chromium or a page with a range picker shows another range than ``time_range``.
+    """
+    from playwright.sync_api import sync_playwright
+
+    executable = browser()
+    if executable is None:
+        raise RuntimeError("no Chromium on the PATH (apt-get install chromium; scripts/system-deps.sh)")
+    listed = pages()
+    with serve(data_dir, state_dir, log_file) as url, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=executable, headless=True)
+        try:
+            context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_init_script(_RUN_CLOCK)
+            tab = context.new_page()
+            tab.goto(url, wait_until="commit", timeout=timeout_s * 1000)
+            tab.wait_for_function(DRAWN, polling="raf", timeout=timeout_s * 1000)
+            title = listed[0][0]
+            # the range: the sidebar's radio, then wait for the run it starts to be drawn
+            radio = tab.locator('[data-testid="stSidebar"] label').filter(
+                has=tab.get_by_text(time_range, exact=True)
+            )
+            _switch(tab, lambda: radio.first.click(), title, timeout_s)
+            first: dict[str, float] = {}
+            for name, _ in listed[1:] + listed[:1]:
+                first[name], _shown = _switch(tab, _clicking(tab, name), name, timeout_s)
+            times: dict[str, list[float]] = {}
+            shown: dict[str, dict[str, Any]] = {}
+            for _ in range(rounds):
+                for name, _ in listed[1:] + listed[:1]:
+                    seconds, shown[name] = _switch(tab, _clicking(tab, name), name, timeout_s)
+                    times.setdefault(name, []).append(seconds)
+                    if shown[name].get("range") not in ("", time_range):  # "": no range (Alerts)
+                        raise RuntimeError(f"{name} shows the range {shown[name].get('range')!r}")
+            out = [
+                PageRender(name, f"{url}/{path}", times[name], first_s=first[name], **shown[name])
+                for name, path in listed
+            ]
+        finally:
+            chromium.close()
+    return out
+
+
+def _clicking(tab: Any, title: str) -> Any:
+    """A click on the sidebar's link to the page ``title``."""
+    link = tab.locator('[data-testid="stSidebarNavLink"]').filter(has=tab.get_by_text(title, exact=True))
+    return lambda: link.first.click()
+
+
+def _switch(tab: Any, click: Any, title: str, timeout_s: float) -> tuple[float, dict[str, Any]]:
+    """``click()`` in ``tab``: the seconds until the run it starts is over and the page ``title``
+    is drawn (:data:`_SWITCHED`), and what it shows, with the breakdown of the time."""
+    tab.evaluate("() => window.__netmonArm()")
+    began = time.perf_counter()
+    click()
+    tab.wait_for_function(_SWITCHED, arg=title, polling="raf", timeout=timeout_s * 1000)
+    seconds = time.perf_counter() - began
+    shown = dict(tab.evaluate(_CONTENT))
+    armed, started, ended = tab.evaluate(
+        "() => [window.__netmonRun.armed, window.__netmonRun.started, window.__netmonRun.ended]"
+    )
+    if None not in (armed, started, ended):
+        load, run = (float(started) - float(armed)) / 1000, (float(ended) - float(started)) / 1000
+        shown.update(load_s=load, script_s=run, draw_s=max(0.0, seconds - load - run))
+    return seconds, shown

@@ -41,11 +41,20 @@ its own way:
   pruned by its Parquet statistics; the footers read are cached by path, size and modification
   time (the sink never rewrites a file), so a redraw opens only the files written since.
 
-Of the files kept, the row groups whose statistics overlap the range are read and filtered to it,
-so the rows returned are exactly those of ``read_results`` whose time lies in ``[start, end]``
-(rows without a time are in no range). :data:`TIME_COLUMNS` names the column each kind's range
-is in, :data:`COMPACTION_COLUMNS` the one compaction bounds its hours by (the first of
-``pipeline.publish.TIME_COLUMNS`` its rows have); they differ for ``shedding`` only.
+Of the files kept, the rows are filtered to the range, so the rows returned are exactly those of
+``read_results`` whose time lies in ``[start, end]`` (rows without a time are in no range).
+:data:`TIME_COLUMNS` names the column each kind's range is in, :data:`COMPACTION_COLUMNS` the one
+compaction bounds its hours by (the first of ``pipeline.publish.TIME_COLUMNS`` its rows have);
+they differ for ``shedding`` only.
+
+A file's rows are read once per version of it and kept (:class:`Rows`, beside the footers in
+:class:`Footers`; by path, size and modification time, at most 512 MB of them): the pages' reads
+expire every few seconds (``dashboard.data.cached``) and a relative range moves with the newest
+row, so without them every redraw read the whole range's files again (the last 24 h of
+one-minute batches: 1,440 files a kind, 1–5 s a read on a loaded machine); with them a redraw
+reads only the files committed since, and lists and stats the others. A file that is gone
+(compacted, expired) is never served: every use stats it first, and only the files that a commit,
+manifest or log names now are asked for.
 
 The search over the commits and the compacted hours, each batch once, is
 ``netmon.results_range.read_sink``, the reader ``netmon explain`` and the Resources page share;
@@ -85,6 +94,7 @@ __all__ = [
     "COMPACTION_COLUMNS",
     "TIME_COLUMNS",
     "Footers",
+    "Rows",
     "batch_disorder_s",
     "newest",
     "read_range",
@@ -183,17 +193,75 @@ def _footer_bounds(path: Path, column: str) -> Bounds | None:
         return found
 
 
+class Rows:
+    """Each committed file's rows (the columns asked), cached by path, columns, size and
+    modification time, so a redraw after a cache expiry reads only the files written since: a
+    committed file is never changed in place (a batch run again, or a compaction, writes a new
+    file or replaces it: new size or time, so its rows are read again), and a file gone
+    (compacted or expired) is never served from here, since every lookup first stats the
+    path and the readers only ask for the files a commit, manifest or Spark log names now.
+
+    At most ``max_bytes`` of Arrow buffers (``pa.Table.nbytes``), least recently used out first:
+    a range larger than that reads its oldest files again each time. Thread-safe: the sessions
+    share it."""
+
+    def __init__(self, max_bytes: int = 512 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._tables: OrderedDict[tuple[str, tuple[str, ...] | None], tuple[tuple[int, int], pa.Table]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: files whose rows were read (not from the cache)
+        self.read = 0
+
+    def table(self, path: Path, columns: tuple[str, ...] | None) -> pa.Table:
+        """``path``'s rows (``columns`` only; None: all); raises ``FileNotFoundError`` when it is
+        gone."""
+        st = os.stat(path)
+        key, version = (str(path), columns), (st.st_size, st.st_mtime_ns)
+        with self._lock:
+            hit = self._tables.get(key)
+            if hit is not None and hit[0] == version:
+                self._tables.move_to_end(key)
+                return hit[1]
+        # Read after the stat: a file replaced in between is stored under the older version, which
+        # no later stat matches, so it is read again rather than served stale.
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read(columns=None if columns is None else list(columns))
+        with self._lock:
+            self.read += 1
+            old = self._tables.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1].nbytes
+            self._tables[key] = (version, table)
+            self._bytes += table.nbytes
+            while self._bytes > self.max_bytes and self._tables:
+                _, (_, dropped) = self._tables.popitem(last=False)
+                self._bytes -= dropped.nbytes
+        return table
+
+    def forget(self, path: Path) -> None:
+        """Drop ``path``'s rows (it is gone: no use keeping them)."""
+        with self._lock:
+            for key in [k for k in self._tables if k[0] == str(path)]:
+                self._bytes -= self._tables.pop(key)[1].nbytes
+
+
 class Footers:
     """Each file's time bounds (:func:`_footer_bounds`), cached by path, column, size and
     modification time (a batch run again rewrites its file: new time, new bounds); at most
-    ``max_entries``, least recently used first out. Thread-safe: the sessions share it."""
+    ``max_entries``, least recently used first out; and the files' rows (:attr:`rows`, a
+    :class:`Rows` of ``max_row_bytes``). Thread-safe: the sessions share it."""
 
-    def __init__(self, max_entries: int = 100_000) -> None:
+    def __init__(self, max_entries: int = 100_000, max_row_bytes: int = 512 << 20) -> None:
         self.max_entries = max_entries
         self._bounds: OrderedDict[tuple[str, str], tuple[tuple[int, int], Bounds | None]] = OrderedDict()
         self._lock = threading.Lock()
         #: footers read (not from the cache)
         self.opened = 0
+        #: the files' rows, read once per version of a file
+        self.rows = Rows(max_row_bytes)
 
     def bounds(self, path: Path, column: str) -> Bounds | None:
         """The bounds of ``path``'s rows; raises ``FileNotFoundError`` when it is gone."""
@@ -245,31 +313,26 @@ def _batch(sink: Path, batch_id: int, column: str, footers: Footers) -> _Batch:
 
 
 def _read(
-    path: Path, column: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None
+    path: Path,
+    column: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    columns: list[str] | None,
+    footers: Footers,
+    bounds: Bounds | None = None,
 ) -> pa.Table:
-    """The rows of one file whose ``column`` lies in ``[start, end]``: its row groups whose
-    statistics overlap the range, filtered in memory (a dataset read with a row filter costs
-    several times more per small file)."""
-    start_us, end_us = micros(start), micros(end)
-    with pq.ParquetFile(path) as parquet:
-        index = _column_index(parquet.metadata, column)
-        wanted = None if columns is None else list(dict.fromkeys([*columns, column]))
-        groups = []
-        if index is not None:
-            for g in range(parquet.metadata.num_row_groups):
-                bounds = _group_bounds(parquet, g, index, column)
-                if bounds is not None and _overlaps(bounds, start_us, end_us):
-                    groups.append(g)
-        if groups:
-            table = parquet.read_row_groups(groups, columns=wanted)
-        else:
-            schema = parquet.schema_arrow
-            table = (
-                schema.empty_table()
-                if wanted is None
-                else pa.schema([schema.field(c) for c in wanted]).empty_table()
-            )
-    if table.num_rows:
+    """The rows of one file whose ``column`` lies in ``[start, end]``: its rows (from
+    ``footers.rows``, read once per version of the file) filtered in memory (a dataset read with
+    a row filter costs several times more per small file). ``bounds``: the file's (from its
+    footer), when known: a file wholly in the range is returned as it is, without copying."""
+    wanted = None if columns is None else tuple(dict.fromkeys([*columns, column]))
+    try:
+        table = footers.rows.table(path, wanted)
+    except FileNotFoundError:
+        footers.rows.forget(path)
+        raise
+    inside = bounds is not None and micros(start) <= bounds[0] and bounds[1] <= micros(end)
+    if table.num_rows and not inside:
         times = table.column(column)
         low, high = pa.scalar(start, type=times.type), pa.scalar(end, type=times.type)
         table = table.filter(pc.and_(pc.greater_equal(times, low), pc.less_equal(times, high)))
@@ -310,17 +373,20 @@ class _Tables:
         for path, bounds in self._batch(sink, batch_id).files:
             if _overlaps(bounds, self.start_us, self.end_us):
                 try:
-                    tables.append(_read(path, self.column, self.start, self.end, self.columns))
+                    tables.append(
+                        _read(path, self.column, self.start, self.end, self.columns, self.footers, bounds)
+                    )
                 except FileNotFoundError:
                     continue  # compacted or expired meanwhile: covered by a manifest read after
         return tables
 
     def compacted(self, path: Path) -> list[pa.Table]:
+        bounds = None
         if self.compacted_by != self.column:
             bounds = self.footers.bounds(path, self.column)
             if bounds is None or not _overlaps(bounds, self.start_us, self.end_us):
                 return []
-        return [_read(path, self.column, self.start, self.end, self.columns)]
+        return [_read(path, self.column, self.start, self.end, self.columns, self.footers, bounds)]
 
     def spark_files(self, sink: Path) -> list[pa.Table]:
         """The rows of Spark's file sink (the joins; a directory an older netmon wrote): each
@@ -330,7 +396,9 @@ class _Tables:
             try:
                 bounds = self.footers.bounds(path, self.column)
                 if bounds is not None and _overlaps(bounds, self.start_us, self.end_us):
-                    tables.append(_read(path, self.column, self.start, self.end, self.columns))
+                    tables.append(
+                        _read(path, self.column, self.start, self.end, self.columns, self.footers, bounds)
+                    )
             except FileNotFoundError:
                 continue  # expired meanwhile (retention leaves Spark's log as it is)
         return tables

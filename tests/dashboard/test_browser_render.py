@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.dashboard_render import PageRender, browser, pages, render_times
+from bench.dashboard_render import PageRender, browser, navigate_times, pages, render_times
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("playwright") is None or browser() is None,
@@ -84,6 +84,26 @@ def test_every_page_renders_a_day_with_its_charts_and_tables(day: Path, tmp_path
     print(report)
     assert [r.name for r in renders] == PAGES
     assert all(len(r.seconds) == ROUNDS for r in renders)
+    assert not {r.name: problems(r) for r in renders if problems(r)}, report
+
+
+def test_every_page_reached_by_the_sidebar_shows_its_own_day(day: Path, tmp_path: Path) -> None:
+    """Page switches in one tab (``navigate_times``): the range set to the last 24 h by the
+    sidebar's radio, each page reached by its link. What is read once the switch counts as over
+    is the new page (its title, its charts and tables), in the range chosen: a switch timed to
+    the previous page's drawn state would show that page's title."""
+    renders = navigate_times(day / "data", day / "state", tmp_path / "dashboard.log", rounds=ROUNDS)
+    report = "\n".join(
+        f"{r.name}: {r.median_s:.2f} s (first visit {r.first_s:.2f} s); {r.range}; "
+        f"{r.charts} charts, {r.tables} tables; {problems(r) or 'ok'}"
+        for r in renders
+        if r.first_s is not None
+    )
+    print(report)
+    assert [r.name for r in renders] == PAGES
+    assert all(len(r.seconds) == ROUNDS and r.first_s is not None for r in renders)
+    # every page with a range shows the one chosen on the first (Alerts lists episodes: no range)
+    assert {r.name: r.range for r in renders if r.range != "last 24 h"} == {"Alerts": ""}
     assert not {r.name: problems(r) for r in renders if problems(r)}, report
 
 
