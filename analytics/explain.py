@@ -130,8 +130,8 @@ def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
 
     >>> rows = [{"packets": n, "stage1_s": 0.1 + 2e-6 * n} for n in (1000, 5000, 9000)]
     >>> fit = part_fits(rows)["stage1"]
-    >>> round(fit["fixed_s"], 6), round(fit["per_packet_s"], 12), fit["batches"]
-    (0.1, 2e-06, 3)
+    >>> round(fit["fixed_s"], 6), round(fit["per_packet_s"], 12), fit["batches"], round(fit["mean_s"], 6)
+    (0.1, 2e-06, 3, 0.11)
     """
     import numpy as np
 
@@ -147,7 +147,12 @@ def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
             continue
         x, y = np.array(pairs).T
         per_packet, fixed = np.polyfit(x, y, 1)
-        out[part] = {"fixed_s": float(fixed), "per_packet_s": float(per_packet), "batches": len(pairs)}
+        out[part] = {
+            "fixed_s": float(fixed),
+            "per_packet_s": float(per_packet),
+            "batches": len(pairs),
+            "mean_s": float(y.mean()),  # a part whose line falls: all of it is per batch
+        }
     return out
 
 

@@ -61,7 +61,8 @@ def derive(
     """The constants from the fits: per part ``<part>_batch_s`` (the fit's ``fixed_s``, at least
     0) and ``<part>_factor`` (its ``per_packet_s`` over the formulas' CPU per packet at
     ``rate_pps``, ``formulas[part]["cpu"] / rate_pps``); ``features_row_s`` its ``per_packet_s``.
-    A part without a fit, or whose slope is not positive, keeps the defaults (said in the notes).
+    A part without a fit keeps the defaults; one whose slope is not positive costs its mean seconds
+    per batch (``mean_s``) as fixed, its factor left at 1 (both said in the notes).
 
     >>> fits = {"stage1": {"fixed_s": 0.3, "per_packet_s": 4e-6},
     ...         "topk": {"fixed_s": -0.01, "per_packet_s": 1e-7}}
@@ -80,7 +81,10 @@ def derive(
             continue
         fixed, slope = fit["fixed_s"], fit["per_packet_s"]
         if slope <= 0:
-            notes[part] = f"slope {slope:.3g} s a packet is not positive: defaults kept"
+            # no cost per packet measurable over the batches' noise: the part costs what it costs
+            # per batch (its mean), its formula (if any) as it is
+            found[f"{part}_batch_s"] = max(0.0, fit.get("mean_s", 0.0))
+            notes[part] = f"slope {slope:.3g} s a packet is not positive: the mean per batch taken as fixed"
             continue
         found[f"{part}_batch_s"] = max(0.0, fixed)
         if fixed < 0:

@@ -42,10 +42,11 @@ def test_derive_recovers_the_fixed_cost_and_the_factor_of_known_lines() -> None:
     assert set(found) <= {f.name for f in dataclasses.fields(CostConstants)}
 
 
-def test_a_falling_line_keeps_the_defaults() -> None:
+def test_a_falling_line_costs_its_mean_per_batch() -> None:
     rows = [{"packets": n, "topk_s": 0.5 - 1e-6 * n} for n in (1_000, 10_000, 100_000)]
     found, notes = derive(part_fits(rows), {"topk": {"cpu": 0.01}}, 1_000.0)
-    assert found == {} and "not positive" in notes["topk"]
+    mean = sum(0.5 - 1e-6 * n for n in (1_000, 10_000, 100_000)) / 3
+    assert found == {"topk_batch_s": pytest.approx(mean)} and "not positive" in notes["topk"]
 
 
 @pytest.mark.spark
@@ -81,8 +82,9 @@ def test_a_small_calibration_fits_every_part_and_explain_uses_it(spark, tmp_path
                 assert stored.features_row_s == fit["per_packet_s"]
             elif formula > 0:  # the factor: the pipeline's slope over the formulas' per packet
                 assert getattr(stored, f"{part}_factor") == pytest.approx(fit["per_packet_s"] / formula)
-        else:
-            assert getattr(stored, f"{part}_batch_s") == 0.0 and "not positive" in measured["notes"][part]
+        else:  # no per-packet cost: the mean per batch is the fixed cost
+            assert getattr(stored, f"{part}_batch_s") == max(0.0, fit["mean_s"])
+            assert "not positive" in measured["notes"][part]
             assert getattr(stored, f"{part}_factor", 1.0) == 1.0
     # netmon explain's parts carry the per-batch costs at the configured trigger
     report = explain(cfg, Workload(rate_pps=10_000), stored)
