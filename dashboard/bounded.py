@@ -331,7 +331,14 @@ def _read(
     except FileNotFoundError:
         footers.rows.forget(path)
         raise
-    inside = bounds is not None and micros(start) <= bounds[0] and bounds[1] <= micros(end)
+    # wholly inside: the footer's bounds in the range and no row without a time (in no range)
+    inside = (
+        bounds is not None
+        and micros(start) <= bounds[0]
+        and bounds[1] <= micros(end)
+        and table.num_rows > 0
+        and table.column(column).null_count == 0
+    )
     if table.num_rows and not inside:
         times = table.column(column)
         low, high = pa.scalar(start, type=times.type), pa.scalar(end, type=times.type)
