@@ -46,15 +46,6 @@ PARTS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
 SIZES = (5, 20, 80)
 
 
-def _model_fields(cfg: Config) -> list[str]:
-    """The record fields whose distinct values the model needs (keys, counted items, groups)."""
-    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
-    fields += [
-        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
-    ]
-    return fields
-
-
 def derive(
     fits: dict[str, dict[str, float]], formulas: dict[str, dict[str, float]], rate_pps: float
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -109,21 +100,11 @@ def measure_batches(
 ) -> list[dict[str, Any]]:
     """The shared query's ``sys`` rows of one ``availableNow`` drain of ``capture`` per size in
     ``sizes`` (``max_batch_messages``), each drain's first batch left out; a warm-up drain first."""
-    from ingest.replay import ReplayOptions, replay
-    from netmon.kafka_admin import recreate_topic
+    from bench.pipeline import replay_into_topic
     from netmon.results import SHARED_QUERY, read_results, results_dir
     from pipeline.job import start_pipeline
 
-    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
-    close = cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s
-    summary = replay(
-        capture,
-        bootstrap=cfg.kafka.bootstrap,
-        topic=cfg.kafka.packets_topic,
-        options=ReplayOptions(close_windows_s=close),
-        partitions=cfg.kafka.partitions,
-        progress=False,
-    )
+    summary = replay_into_topic(cfg, capture)
     rows: list[dict[str, Any]] = []
     for label, size in [("warm-up", max(sizes)), *((f"{m} messages a batch", m) for m in sizes)]:
         run = cfg.replace(pipeline={"max_batch_messages": size})
@@ -167,6 +148,7 @@ def pipeline_constants(
     import pyarrow as pa
 
     from bench.ingest import temporary_broker
+    from bench.pipeline import model_fields
     from ingest import read_records
     from ingest.generate import generate
     from pipeline.session import build_session
@@ -200,7 +182,7 @@ def pipeline_constants(
     defaults: dict[str, Any] = {f.name: getattr(DEFAULT_CONSTANTS, f.name) for f in terms}
     plain = dataclasses.replace(base, **defaults, features_row_s=0.0)
     model = CostModel(plain, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
-    w = workload_of(records, rate, _model_fields(cfg))
+    w = workload_of(records, rate, model_fields(cfg))
     formulas = estimated_parts(model.estimates(cfg, w), model.decode(w))
     fits = part_fits(rows)
     found, notes = derive(fits, formulas, rate)

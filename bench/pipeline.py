@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bench_pipeline", "format_report", "status_bytes"]
+__all__ = ["bench_pipeline", "format_report", "model_fields", "replay_into_topic", "status_bytes"]
 
 
 def _lag(cfg: Any, query: Any) -> int | None:
@@ -121,16 +121,15 @@ def _shares(seconds: dict[str, float]) -> dict[str, float]:
     return {name: round(spent / total, 3) for name, spent in sorted(seconds.items())}
 
 
-def _drain(
-    spark: Any, cfg: Any, capture: Path, say: Callable[[str], None], *, warmup: bool, baseline: bool = True
-) -> dict[str, Any]:
+def replay_into_topic(cfg: Any, capture: Path) -> Any:
+    """The packets topic made anew and ``capture`` replayed into it as fast as it goes, its last
+    windows closed (``close_windows_s``) so a drain reports them; the replay's summary."""
     from ingest.replay import ReplayOptions, replay
     from netmon.kafka_admin import recreate_topic
-    from pipeline.job import SHARED_QUERY, start_pipeline
 
     recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
     close = cfg.pipeline.watermark_s + cfg.pipeline.traffic_window_s
-    summary = replay(
+    return replay(
         capture,
         bootstrap=cfg.kafka.bootstrap,
         topic=cfg.kafka.packets_topic,
@@ -138,6 +137,24 @@ def _drain(
         partitions=cfg.kafka.partitions,
         progress=False,
     )
+
+
+def model_fields(cfg: Any) -> list[str]:
+    """The record fields whose distinct values the cost model needs: the top-k keys, the distinct
+    queries' counted items and groups (``analytics.cost_model.workload_of``)."""
+    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
+    fields += [
+        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
+    ]
+    return fields
+
+
+def _drain(
+    spark: Any, cfg: Any, capture: Path, say: Callable[[str], None], *, warmup: bool, baseline: bool = True
+) -> dict[str, Any]:
+    from pipeline.job import SHARED_QUERY, start_pipeline
+
+    summary = replay_into_topic(cfg, capture)
     rounds = []
     for label in ("warm-up", "timed") if warmup else ("timed",):
         shutil.rmtree(cfg.paths.data_dir, ignore_errors=True)
@@ -364,11 +381,7 @@ def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constan
     from netmon.recent_results import newest_rows_by_sink
     from netmon.results import SHARED_QUERY, results_dir
 
-    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
-    fields += [
-        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
-    ]
-    workload = workload_of(records, rate_pps, fields)
+    workload = workload_of(records, rate_pps, model_fields(cfg))
     sys_rows = newest_rows_by_sink(results_dir(cfg, "sys"), span_s)
     report = explain(cfg, workload, constants or DEFAULT_CONSTANTS, sys_rows=sys_rows, span_s=span_s)
     measured = report["measured"].get("kinds", {})
