@@ -64,7 +64,17 @@ from typing import Any
 from dashboard.server import APP, start_background, wait_healthy
 from netmon.config import Config
 
-__all__ = ["DRAWN", "PageRender", "browser", "navigate_times", "pages", "render_times", "serve"]
+__all__ = [
+    "DRAWN",
+    "PageRender",
+    "browser",
+    "navigate_times",
+    "navigate_times_at",
+    "pages",
+    "render_times",
+    "render_times_at",
+    "serve",
+]
 
 #: The predicate, run in the page, that says it is drawn (see the module's doc).
 DRAWN = """() => {
@@ -230,12 +240,20 @@ def render_times(
     A page not drawn within ``timeout_s`` raises Playwright's ``TimeoutError``. Raises
     ``RuntimeError`` when there is no Chromium.
     """
+    with serve(data_dir, state_dir, log_file) as url:
+        return render_times_at(url, rounds=rounds, timeout_s=timeout_s, warmup=warmup)
+
+
+def render_times_at(
+    url: str, *, rounds: int = 1, timeout_s: float = 60.0, warmup: bool = True
+) -> list[PageRender]:
+    """:func:`render_times` against a dashboard already serving at ``url`` (e.g. ``netmon up``'s)."""
     from playwright.sync_api import sync_playwright
 
     executable = browser()
     if executable is None:
         raise RuntimeError("no Chromium on the PATH (apt-get install chromium; scripts/system-deps.sh)")
-    with serve(data_dir, state_dir, log_file) as url, sync_playwright() as pw:
+    with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=executable, headless=True)
         try:
             context = chromium.new_context(viewport={"width": 1400, "height": 1000})
@@ -248,10 +266,9 @@ def render_times(
                 for name, path in pages():
                     seconds, shown[name] = _open(context, url, path, timeout_s)
                     times.setdefault(name, []).append(seconds)
-            out = [PageRender(name, f"{url}/{path}", times[name], **shown[name]) for name, path in pages()]
+            return [PageRender(name, f"{url}/{path}", times[name], **shown[name]) for name, path in pages()]
         finally:
             chromium.close()
-    return out
 
 
 def _open(context: Any, url: str, path: str, timeout_s: float) -> tuple[float, dict[str, Any]]:
@@ -294,13 +311,21 @@ def navigate_times(
     from the one before (the first from the last page). Raises ``RuntimeError`` when there is no
     Chromium or a page with a range picker shows another range than ``time_range``.
     """
+    with serve(data_dir, state_dir, log_file) as url:
+        return navigate_times_at(url, rounds=rounds, time_range=time_range, timeout_s=timeout_s)
+
+
+def navigate_times_at(
+    url: str, *, rounds: int = 1, time_range: str = "last 24 h", timeout_s: float = 60.0
+) -> list[PageRender]:
+    """:func:`navigate_times` against a dashboard already serving at ``url`` (e.g. ``netmon up``'s)."""
     from playwright.sync_api import sync_playwright
 
     executable = browser()
     if executable is None:
         raise RuntimeError("no Chromium on the PATH (apt-get install chromium; scripts/system-deps.sh)")
     listed = pages()
-    with serve(data_dir, state_dir, log_file) as url, sync_playwright() as pw:
+    with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=executable, headless=True)
         try:
             context = chromium.new_context(viewport={"width": 1400, "height": 1000})
