@@ -36,13 +36,14 @@ Operations (docs/reliability.md, section 2):
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
@@ -418,6 +419,38 @@ class SharedBatch:
         self.total_seconds: dict[str, float] = {}
         self.totals = dict.fromkeys(TOTALS, 0)
         self._figures: OrderedDict[int, sys_stats.BatchFigures] = OrderedDict()
+        #: the query's last progress (``StreamingQuery.lastProgress``; set once the query starts):
+        #: the Kafka backlog the manager plans with (:meth:`_tell_backlog`)
+        self.progress: Callable[[], Mapping[str, Any] | None] | None = None
+
+    def _tell_backlog(self) -> None:
+        """The manager learns the Kafka backlog of the newest batch Spark reported (the records
+        left when it was planned: its lag in messages times its own records per message)."""
+        assert self.manager is not None
+        try:
+            raw = self.progress() if self.progress is not None else None
+            # Spark's progress as the ``sys`` kind reads it: its JSON (PySpark's object nests
+            # its own types; the JSON is the same in every version)
+            text = getattr(raw, "json", None)
+            progress = json.loads(text) if isinstance(text, str) else dict(raw or {})
+        except Exception:  # noqa: BLE001 - a query stopping: plan without the backlog
+            return
+        batch_id = progress.get("batchId")
+        if not isinstance(batch_id, int):
+            return
+        figures = self._figures.get(batch_id)
+        messages = progress.get("numInputRows")
+        if figures is None or not isinstance(messages, int) or messages <= 0:
+            return  # an idle trigger, or a batch of another process
+        lag = sys_stats.kafka_lag(list(progress.get("sources") or []))
+        stamp = progress.get("timestamp")
+        if lag is None or not isinstance(stamp, str):
+            return
+        try:
+            at = dt.datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            return
+        self.manager.observe_backlog(batch_id, lag * figures.packets / messages, at)
 
     def figures(self, batch_id: int) -> sys_stats.BatchFigures | None:
         """Packets, newest event time and each kind's seconds of batch ``batch_id`` (if kept)."""
@@ -425,6 +458,8 @@ class SharedBatch:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         began = started = time.perf_counter()
+        if self.manager is not None:
+            self._tell_backlog()
         keep = self.manager.decide(batch_id) if self.manager is not None else {}
         # The intake drop box (before the decode: only the lines it keeps are parsed); the kinds
         # learn its fraction from ``keep`` beside their own boxes' and scale by both.
@@ -970,6 +1005,7 @@ def _start(
             ),
         )
         guard = guards[SHARED_QUERY] = StoppableBatch(SHARED_QUERY, batch)
+        batch.progress = lambda: guard.query.lastProgress if guard.query is not None else None
         packets = raw_messages(
             kafka_stream(
                 spark,

@@ -46,6 +46,16 @@ joins shed by PNI.
    pairs (each row says its fraction). It is the first knob reversed when the load falls: the
    queries' fractions rise only once it is back at 1.
 
+   **The backlog** (:meth:`ResourceManager.observe_backlog`): while the query is behind, its
+   batches run back to back and the rate it measures is the rate it *processes*, not the rate
+   that arrives, so the load alone only says "more" (the box used to halve once per batch: with
+   4 s batches, a minute to reach 1/16). The Kafka backlog says how much more: the rate to plan
+   for is the arrival rate (processed + the backlog's growth per second, between the planning
+   instants of two batches) plus the backlog drained over :data:`DRAIN_S`, and the intake box
+   falls at once to the fraction that rate needs (a power of two, not below ``intake_min``);
+   it rises again only while that rate, which counts what is left to drain, fits. This is our
+   addition: seeds 004 and 000 measure the input rate directly, a query behind a log cannot.
+
 Exactly once: a decision is saved under the batch's id *before* the batch runs
 (``pipeline.batch_state``), and a batch that Spark runs again finds it and applies the same
 fractions, so it writes the same rows. After a restart the manager starts from the last decision
@@ -73,6 +83,7 @@ from pipeline.batch_state import BatchState
 from pipeline.partials import INTAKE
 
 __all__ = [
+    "DRAIN_S",
     "TUNABLE",
     "ResourceManager",
     "admit",
@@ -90,6 +101,8 @@ log = logging.getLogger(__name__)
 SHARED_KINDS = ("traffic", "topk", "distinct")
 #: weight of the newest measurement in the smoothed correction
 ALPHA = 0.5
+#: the intake box plans to drain a Kafka backlog within this many seconds (module docstring)
+DRAIN_S = 60.0
 
 
 def eligible_queries(cfg: Config, kinds: Collection[str] | None = None) -> tuple[str, ...]:
@@ -156,6 +169,9 @@ class ResourceManager:
         self._cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=shared))
         self._started: float | None = None
         self._measured: dict[str, float] | None = None
+        #: the Kafka backlog (records) at the planning instant (s) of the newest batches seen:
+        #: batch id -> (records, seconds); :meth:`observe_backlog`
+        self._backlog: dict[int, tuple[float, float]] = {}
         #: the last decision: fractions, the smoothed correction, the load measured before it
         self.last: dict[str, Any] = {"keep": {}, "correction": None, "load": None}
 
@@ -190,6 +206,36 @@ class ResourceManager:
         self._measured = {"packets": float(packets), "seconds": float(seconds), "interval_s": self.trigger_s}
         if state_rows is not None:
             self._measured["state_rows"] = float(state_rows)
+
+    def observe_backlog(self, batch_id: int, records: float, at_s: float) -> None:
+        """The records left in Kafka when batch ``batch_id`` was planned (its progress's lag in
+        messages times its records per message), at that instant ``at_s`` (seconds, any epoch):
+        the rate to plan for while behind (module docstring). The newest two batches are kept."""
+        self._backlog[int(batch_id)] = (max(float(records), 0.0), float(at_s))
+        for old in sorted(self._backlog)[:-2]:
+            del self._backlog[old]
+
+    def _needed_rate(self, rate: float) -> float:
+        """The records per second the query must take: the measured ``rate`` when no backlog is
+        known; else the arrival rate (``rate`` plus the backlog's growth per second between the
+        two newest batches seen, at least 0) plus the backlog drained over :data:`DRAIN_S`.
+
+        While the query keeps up, the backlog is what arrived during a batch and its growth is
+        noise: a backlog of at most one trigger's worth of records (``rate · trigger_s``) is
+        taken for that, and this is ``rate``.
+        """
+        if not self._backlog:
+            return rate
+        ids = sorted(self._backlog)
+        records, at = self._backlog[ids[-1]]
+        if records <= rate * self.trigger_s:
+            return rate
+        growth = 0.0
+        if len(ids) == 2:
+            before, then = self._backlog[ids[0]]
+            if at > then:
+                growth = (records - before) / (at - then)
+        return max(rate + growth, 0.0) + records / DRAIN_S
 
     def _estimate(self, rate: float, keep: Mapping[str, float]) -> float:
         """The cost model's CPU (s/s) of the shared kinds at ``rate`` and the fractions ``keep``."""
@@ -254,15 +300,21 @@ class ResourceManager:
         """The intake box's next fraction: the last resort, and the first knob reversed.
 
         It falls (at once, to a power of two ≥ ``intake_min``) only when every query's box at
-        its floor is estimated over the bound (``feasible`` False), by the share the corrected
-        estimate is over; it rises one step (×2) per batch while the estimate at that step
-        stays under the bound. The Kafka read before it does not scale with it, so the
-        correction grows as it falls and the rise is judged on the larger correction:
-        conservative, it does not oscillate.
+        its floor is estimated over the bound (``feasible`` False), to the largest power of two
+        whose corrected estimate at ``rate`` fits (the floor if none); it rises one step (×2)
+        per batch while the estimate at that step stays under the bound. The Kafka read before
+        it does not scale with it, so the correction grows as it falls and the rise is judged
+        on the larger correction: conservative, it does not oscillate. ``rate``: the rate to
+        plan for (:meth:`_needed_rate`).
         """
         estimate = self._estimate(rate * intake, keep) * correction
         if estimate > self.bound and not feasible:
-            return min(intake, quantize(intake * self.bound / estimate, self.intake_floor))
+            # the largest power of two below it whose estimate fits (the model is not linear in
+            # the rate: per-batch costs stay), else the floor
+            x = min(intake, quantize(intake * self.bound / estimate, self.intake_floor))
+            while x > self.intake_floor and self._estimate(rate * x, keep) * correction > self.bound:
+                x = quantize(x / 2, self.intake_floor)
+            return x
         if intake < 1:
             up = min(intake * 2, 1.0)
             if self._estimate(rate * up, keep) * correction <= self.bound:
@@ -338,10 +390,13 @@ class ResourceManager:
                 "state_correction": state_correction,
                 "load": load,
             }
+        # the rate to plan for: the measured one, or, while a Kafka backlog is known, what arrives
+        # and what is left to drain (the correction stays the measured load's, at ``reach``)
+        need = self._needed_rate(rate)
         plan = place_sampling(
             self.model,
             self._cfg,
-            Workload(rate_pps=reach),
+            Workload(rate_pps=need * intake),
             self.bound / correction,
             keep_min={n: self.resources.keep_min_of(n) for n in self.names},
             weights={n: float(w) for n, w in self.resources.importance.items()},
@@ -358,10 +413,10 @@ class ResourceManager:
                 # (while the intake box samples, it is reversed first)
                 up = min(now * 2, 1.0)
                 trial = {**keep, **chosen, name: up}
-                chosen[name] = up if self._estimate(reach, trial) * correction <= self.bound else now
+                chosen[name] = up if self._estimate(need * intake, trial) * correction <= self.bound else now
             else:
                 chosen[name] = now
-        intake = self._intake(intake, rate, chosen, correction, plan.feasible)
+        intake = self._intake(intake, need, chosen, correction, plan.feasible)
         return {
             "keep": _with_intake({n: x for n, x in chosen.items() if x < 1}, intake),
             "windows": self._windows(rate * intake, chosen, state_correction),

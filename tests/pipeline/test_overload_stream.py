@@ -19,7 +19,7 @@ import pytest
 from analytics.keys import key_text
 from ingest import read_records
 from netmon.records import ARROW_SCHEMA
-from netmon.results import read_results, results_dir
+from netmon.results import SHARED_QUERY, read_results, results_dir
 from pipeline.job import start_pipeline
 from pipeline.resource_manager import eligible_queries, quantize
 from tests.pipeline.test_pipeline_e2e import SAMPLE, _config, _replay, _wait_for
@@ -145,12 +145,20 @@ def test_the_intake_box_when_the_query_boxes_are_not_enough(
                 break
             time.sleep(1.0)
         pipeline.process_all_available()
+        # the manager was told the Kafka backlog from Spark's own progress (records: the lag in
+        # messages times the batch's records per message); checked against the sys rows below
+        told = dict(pipeline.batch_functions[SHARED_QUERY].manager._backlog)
     finally:
         pipeline.stop()
     sys_rows = sorted(
         (r for r in read_results(results_dir(cfg, "sys")).to_pylist() if r["query"] == "packets"),
         key=lambda r: r["batch_id"],
     )
+    by_id = {r["batch_id"]: r for r in sys_rows}
+    assert told and set(told) <= set(by_id), (told, sorted(by_id))
+    for batch_id, (records, _at) in told.items():
+        row = by_id[batch_id]
+        assert records == pytest.approx(row["lag_messages"] * row["packets"] / row["input_messages"])
     # every record was read: decoded or skipped by the intake box, which fell to its floor
     assert sum(r["packets"] for r in sys_rows) == acked
     assert sum(r["sampled"] for r in sys_rows) > 0
