@@ -19,6 +19,17 @@ is one more kind of the shared query (``pipeline.job.SharedBatch``):
    ``unmatched``) are committed with the batch (``pipeline.batch_sink``): a batch Spark runs
    again rewrites the same rows.
 
+**Under the intake drop box** (``[resources] manage``, ``pipeline.resource_manager``) the joins
+see a sample of the records: a SYN kept whose SYN-ACK was skipped becomes an ``unmatched`` row, a
+pair survives with the product of its sides' fractions. Every row says so: ``keep`` is the
+smallest intake fraction of the batches that may have carried the row's tuples, or skipped the
+answer an unmatched SYN lacks: those whose tuples' event times overlap the row's (from its
+earliest tuple to its latest, or to the latest its answer could have been: the query's windows
+and lateness after the SYN) — 1.0 when every such batch read every record. The
+batches that sampled are kept in the state description (:data:`INTAKE_HISTORY_S` of event time),
+so a restart or a batch run again marks the same rows. Rules that count unanswered SYNs skip such
+rows (``exact_only``, ``alerts.defaults``).
+
 The state is each query's join (``JoinBucket.to_bytes``: its windows and its shedder's random
 generator), one Arrow IPC file per batch that changed it beside the checkpoint
 (``state-<id>.arrow``), named by a versioned JSON (``pipeline.batch_state``) written after the
@@ -60,7 +71,7 @@ from pipeline.batch_sink import write_table
 from pipeline.batch_state import BatchState, read_arrow, write_arrow
 from pipeline.join_state import PAIR_COLUMNS, PAYLOAD, STATS_COLUMNS, JoinBucket, JoinSpec
 from pipeline.joins import RESULT_COLUMNS, _side_masks, control_file, join_specs, stage_rows
-from pipeline.partials import RowsSpec, rows_of
+from pipeline.partials import INTAKE, RowsSpec, rows_of
 from pipeline.shedding_controller import observe_name, read_control
 
 __all__ = ["JOINS_SPEC", "RESULT_SCHEMA", "SharedJoins", "build_joins_batch", "join_fields", "join_rows"]
@@ -78,12 +89,21 @@ _ARROW_TYPES = {
     "TIMESTAMP": pa.timestamp("us", tz="UTC"),
 }
 #: The rows of ``results/joins/`` (the types Spark's file sink wrote for the same columns).
-RESULT_SCHEMA = pa.schema([(name, _ARROW_TYPES[PAIR_COLUMNS[name]]) for name in RESULT_COLUMNS])
+RESULT_SCHEMA = pa.schema(
+    [
+        *((name, _ARROW_TYPES[PAIR_COLUMNS[name]]) for name in RESULT_COLUMNS),
+        # the intake drop box's fraction the row's tuples were read with (module docstring)
+        ("keep", pa.float64()),
+    ]
+)
 _STATE = pa.schema([("query", pa.string()), ("state", pa.large_binary())])
 #: the whole state is written every this many changing batches, only their input in between
 SNAPSHOT_EVERY = 10
 #: batches whose statistics are kept for the listeners (they run after the next batch may begin)
 OBSERVED_KEPT = 64
+#: event time (s) beyond the longest join window and lateness for which the batches that sampled
+#: are remembered (a row's ``keep``): an unmatched row is reported once the stream passed its window
+INTAKE_HISTORY_S = 60.0
 
 
 def _filter_fields(node: Any) -> set[str]:
@@ -159,6 +179,21 @@ class SharedJoins:
         #: the state this process holds: the batch id that saved it, each query's join, the
         #: tuples waiting for the batches' event time to reach them
         self._held: tuple[int, dict[str, JoinBucket], pa.Table | None] | None = None
+        #: the intake drop box's fraction in force for the next batch (:meth:`sample`)
+        self.intake = 1.0
+        # per query, how far from a tuple its pair may lie, late arrivals included (a row's keep)
+        self._reach_us = {
+            name: round((sp.window_left_s + sp.window_right_s + sp.lateness_s) * 1e6)
+            for name, sp in self.join_specs.items()
+        }
+        self._slack_us = round(max((sp.lateness_s for sp in self.join_specs.values()), default=0.0) * 1e6)
+        # the longest time a tuple waits for its pair, and then for the stream to pass it
+        self._history_us = max(self._reach_us.values(), default=0) + round(INTAKE_HISTORY_S * 1e6)
+
+    def sample(self, keep: Mapping[str, float]) -> None:
+        """The drop boxes' fractions of the next batch: the joins have none of their own (they
+        shed by PNI), but read what the intake box kept (``INTAKE``)."""
+        self.intake = float(keep.get(INTAKE, 1.0))
 
     @property
     def specs(self) -> tuple[RowsSpec, ...]:
@@ -175,11 +210,15 @@ class SharedJoins:
         control = read_control(self.control) if self.control is not None else {}
         fractions = {q.name: self._fractions(q.name, control) for q in self.queries}
         frames, observed, waiting, changed = self._step(joins, waiting, new, fractions, max_us)
-        rows = pa.concat_tables(frames) if frames else RESULT_SCHEMA.empty_table()
+        sampled = _sampled_batches(before, self.intake, new, max_us, self._history_us)
+        rows = _marked(pa.concat_tables(frames) if frames else None, sampled, self._reach_us, self._slack_us)
         write_table(rows, self.results, batch_id)
         after = before
         if changed or new.num_rows:
             after = self._save(batch_id, before, joins, waiting, new, fractions, max_us)
+        after = (
+            {**after, "sampled": sampled} if sampled else {k: v for k, v in after.items() if k != "sampled"}
+        )
         self.state.save(batch_id, after)
         self._held = (after["version"], joins, waiting) if after["version"] is not None else None
         self._drop_states(keep=_files(before) | _files(after))
@@ -358,6 +397,65 @@ class SharedJoins:
                     path.unlink(missing_ok=True)
 
 
+def _sampled_batches(
+    before: Mapping[str, Any], intake: float, new: pa.Table, max_us: int | None, history_us: int
+) -> list[list[float]]:
+    """The batches that read a sample, ``[oldest_us, newest_us, fraction]`` each, this one's
+    included when it did: the event times of the join tuples it read (its own event time
+    ``max_us`` too, for the newest; without tuples, that alone). Those whose newest is more than
+    ``history_us`` behind the newest are forgotten."""
+    kept = [list(map(float, entry)) for entry in before.get("sampled", [])]
+    if intake < 1:
+        span = _span_us(new)
+        times = [t for t in (max_us, *(span or ())) if t is not None]
+        if times:
+            oldest = span[0] if span is not None else max(times)
+            kept.append([float(oldest), float(max(times)), intake])
+    if not kept:
+        return []
+    horizon = max(newest for _, newest, _ in kept) - history_us
+    return [entry for entry in kept if entry[1] >= horizon]
+
+
+def _span_us(new: pa.Table) -> tuple[int, int] | None:
+    """The oldest and newest event time (µs) of the batch's join tuples; None without any."""
+    if not new.num_rows or "ts" not in new.column_names:
+        return None
+    bounds = pc.min_max(pc.cast(new["ts"], pa.int64())).as_py()
+    return int(bounds["min"]), int(bounds["max"])
+
+
+def _marked(
+    rows: pa.Table | None, sampled: list[list[float]], reach_us: Mapping[str, int], slack_us: int
+) -> pa.Table:
+    """The batch's rows with ``keep``: the smallest fraction of the sampled batches that may have
+    read one of the row's tuples, or skipped one it lacks (1.0 when none did). A row's tuples lie
+    between its earliest (``left_ts``, or a link pair's ``right_ts`` when earlier) and its latest
+    (a pair's other one; for an unmatched SYN, the latest its answer could have been:
+    ``left_ts`` + ``reach_us`` of its query, the windows and the lateness); a batch may have
+    skipped tuples up to ``slack_us`` (the lateness: older ones are late and dropped anyway)
+    before the oldest one it read."""
+    if rows is None:
+        return RESULT_SCHEMA.empty_table()
+    keep = np.ones(rows.num_rows)
+    if sampled and rows.num_rows:
+        left = pc.cast(rows["left_ts"], pa.int64())
+        right = pc.cast(rows["right_ts"], pa.int64())
+        names = list(reach_us)
+        at = pc.index_in(rows["query"], pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
+        # a query no longer configured (its state gone): the widest reach
+        widths = np.array([*reach_us.values(), max(reach_us.values(), default=0)], np.int64)
+        reach = widths[np.where(np.isnan(at.astype(float)), len(names), at).astype(np.int64)]
+        first = pc.min_element_wise(left, right, skip_nulls=True).to_numpy(zero_copy_only=False)
+        last = pc.max_element_wise(left, right, skip_nulls=True).to_numpy(zero_copy_only=False)
+        unanswered = pc.is_null(right).to_numpy(zero_copy_only=False)
+        last = np.where(unanswered, last + reach, last)
+        for oldest, newest, fraction in sampled:
+            near = (newest >= first) & (oldest - slack_us <= last)
+            keep = np.where(near, np.minimum(keep, fraction), keep)
+    return rows.append_column("keep", pa.array(keep, pa.float64()))
+
+
 def _files(description: Mapping[str, Any]) -> set[int]:
     """The batch ids whose state files a state description needs: its snapshot and deltas."""
     snapshot = description.get("snapshot", description["version"])
@@ -393,7 +491,8 @@ def _observed(
 def _result_table(out: pd.DataFrame) -> pa.Table:
     """The operator's result frame (``match`` and ``unmatched`` rows) as :data:`RESULT_SCHEMA`."""
     frame = out[list(RESULT_COLUMNS)]
-    return pa.Table.from_pandas(frame, schema=RESULT_SCHEMA, preserve_index=False, safe=False)
+    schema = pa.schema([RESULT_SCHEMA.field(name) for name in RESULT_COLUMNS])
+    return pa.Table.from_pandas(frame, schema=schema, preserve_index=False, safe=False)
 
 
 def build_joins_batch(cfg: Config, results: Path, checkpoint: Path) -> SharedJoins:

@@ -267,6 +267,18 @@ def test_syn_flood_counts_distinct_sources_of_unanswered_syns_per_window() -> No
     assert not engine.problems
 
 
+def test_syn_flood_skips_unanswered_syns_read_from_a_sample() -> None:
+    """Under the intake drop box half the SYN-ACKs of normal traffic go unread and their SYNs are
+    reported unanswered, with the box's fraction (``keep``); such rows must not page. The same
+    rows read whole (keep 1, or no column: an older pipeline's) fire."""
+    for keep, fires in ((0.5, False), (1.0, True), (None, True)):
+        engine = RuleEngine([syn_flood()])
+        rows = [unmatched(10 + i / 100, "132.219.96.91", f"203.0.113.{i % 80}") for i in range(600)]
+        rows = [r if keep is None else r | {"keep": keep} for r in rows]
+        out = feed(engine, "joins", [*rows, unmatched(25, "x", "y")])
+        assert [n.status for n in out] == (["firing"] if fires else []), keep
+
+
 def test_matched_rows_running_ahead_do_not_make_unanswered_syns_late() -> None:
     """The pipeline writes a matched handshake at once and an unanswered SYN a micro-batch later,
     once the watermark has passed it: a fast replay can put minutes of event time in between."""
