@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,9 @@ def test_properties_file_round_trips(tmp_path: Path) -> None:
 
 
 def test_a_process_is_ours_only_with_its_arguments() -> None:
-    me = ClusterProcess("me", "kafka", os.getpid(), {}, "", [sys.executable])
+    # this process's own first argument, as it was started (``python``, or the venv's full path)
+    mine = Path("/proc/self/cmdline").read_bytes().decode().split("\0")[0]
+    me = ClusterProcess("me", "kafka", os.getpid(), {}, "", [mine])
     assert me.alive()
     assert not ClusterProcess("me", "kafka", os.getpid(), {}, "", ["kafka.Kafka", "/nowhere"]).alive()
     assert not ClusterProcess("gone", "kafka", 2**22 + 17, {}, "", []).alive()
