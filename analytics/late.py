@@ -13,9 +13,9 @@ The rule depends on the order of the records only: fed in chunks cut anywhere, a
 the rule the pipeline applies per Kafka partition when it decodes a micro-batch
 (``pipeline.partials.decode_messages``, written apart because ``analytics`` knows nothing of the
 pipeline; ``tests/pipeline/test_late_rule.py`` holds the two equal). ``netmon analyze join``
-applies it through this class (``analytics.join_queries.run_join``'s ``late_after_s``);
-``analytics.topk_offline`` (``OfflineTopK._late``) and ``analytics.distinct_offline`` still carry
-their own copies of the same few lines.
+applies it through this class (``analytics.join_queries.run_join``'s ``late_after_s``), and so
+does ``analytics.topk_offline`` (``OfflineTopK._late``); ``analytics.distinct_offline`` still
+carries its own copy of the same few lines.
 """
 
 from __future__ import annotations

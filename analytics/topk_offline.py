@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from analytics._base import Base
 from analytics.keys import as_numpy, key_codes, parse_key, weight_values
+from analytics.late import LateRule
 from analytics.timetext import parse_duration_ns
 from analytics.topk import ExactSlidingTopK, SubWindowTopK
 
@@ -176,8 +177,9 @@ class OfflineTopK(Base):
         self.late = 0  # time-based: records more than the watermark delay behind, dropped
         #: time-based: the largest timestamp seen (ns), records without the key included
         self.last_ns: int | None = None
-        # Event time M (ns): last_ns, or later once finish() has advanced it; _NEVER before any.
-        self._newest = _NEVER
+        # Event time M (ns) and the late rule over it: the pipeline's one meaning of late
+        # (analytics.late); M is last_ns, or later once finish() has advanced it.
+        self._rule = LateRule(self._delay_ns)
         # The still-open sub-windows' aggregated rows, in (sub-window, key) order: each row's
         # sub-window index, its key text, its count.
         self._carry: tuple[np.ndarray, pa.Array, np.ndarray] | None = None
@@ -224,7 +226,7 @@ class OfflineTopK(Base):
         if self.last_ns is None:
             return
         # Event time is now d + after_ns past the last record: the watermark, after_ns past it.
-        self._newest = max(self._newest, self.last_ns + self._delay_ns + after_ns)
+        self._rule.advance(self.last_ns + self._delay_ns + after_ns)
         yield from self._close_carry(self._closable())
 
     def _check_close(self, close_after: int | str | timedelta) -> int:
@@ -267,33 +269,24 @@ class OfflineTopK(Base):
         yield from self._count(index, codes.astype(np.int64), w, texts, closable)
 
     def _late(self, ts: np.ndarray, ts_valid: np.ndarray | None) -> np.ndarray:
-        """Which records are late (``ts < M_before - d``); moves event time M and ``last_ns`` on.
+        """Which records are late (``ts < M_before - d``, :class:`analytics.late.LateRule`); moves
+        event time M and ``last_ns`` on.
 
         ``ts``: the batch's timestamps (ns), ``ts_valid``: which are present (None: all). A
         record without a timestamp is never late and does not move event time.
         """
-        timed = ts if ts_valid is None else np.where(ts_valid, ts, _NEVER)
-        if not len(timed):
-            return np.zeros(0, bool)
-        # The newest timestamp before each record: the running maximum, shifted by one.
-        before = np.empty_like(timed)
-        before[0] = self._newest
-        np.maximum.accumulate(timed[:-1], out=before[1:])
-        np.maximum(before[1:], before[0], out=before[1:])
-        late = (before != _NEVER) & (timed < before - self._delay_ns)
-        if ts_valid is not None:
-            late &= ts_valid
-        high = int(timed.max())
-        if high != _NEVER:
+        late = self._rule.late_mask(ts, ts_valid)
+        timed = ts if ts_valid is None else ts[np.asarray(ts_valid, bool)]
+        if len(timed):
+            high = int(timed.max())
             self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
-            self._newest = max(self._newest, high)
         return late
 
     def _closable(self) -> int:
         """Time-based: the last sub-window that event time has closed (its end + d <= M)."""
-        if self._newest == _NEVER:
+        if self._rule.newest is None:
             return _NEVER
-        return (self._newest - self._delay_ns) // self._b_units - 1
+        return (self._rule.newest - self._delay_ns) // self._b_units - 1
 
     def _close_carry(self, closable: int) -> Iterator[dict[str, Any]]:
         """Close the open sub-windows up to ``closable`` (no new records), with their reports."""
