@@ -48,6 +48,9 @@ HLL_TYPE = tgt_hll_type.HLL_8
 LG_K_MIN, LG_K_MAX = 4, 21
 
 _STATE_VERSION = 1
+#: the state while a window grows after :meth:`SubWindowDistinct.resize`: version 1 and the
+#: sub-windows held (u32)
+_GROWING_VERSION = 2
 _EXACT_SET_MAGIC = b"NXS"  # + version byte: an exact-set synopsis, see _exact_to_bytes
 _EXACT_SET_VERSION = 1
 _U32 = struct.Struct("<I")
@@ -236,6 +239,7 @@ class _Writer:
 class _Reader:
     def __init__(self, data: bytes, pos: int) -> None:
         self.view, self.pos = memoryview(data), pos
+        self.version = _STATE_VERSION
 
     def u32(self) -> int:
         try:
@@ -261,7 +265,9 @@ class _Reader:
             raise ValueError("data: trailing bytes after the state")
 
 
-def _read_head(data: bytes, tag: bytes) -> tuple[bool, int, int, int, int, _Reader]:
+def _read_head(
+    data: bytes, tag: bytes, versions: tuple[int, ...] = (_STATE_VERSION,)
+) -> tuple[bool, int, int, int, int, _Reader]:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"data: expected bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -271,9 +277,11 @@ def _read_head(data: bytes, tag: bytes) -> tuple[bool, int, int, int, int, _Read
         raise ValueError("data: too short for a distinct-count state") from None
     if got != tag:
         raise ValueError(f"data: not a {tag.decode()} state (tag {got!r})")
-    if version != _STATE_VERSION:
+    if version not in versions:
         raise ValueError(f"data: state version {version} (expected {_STATE_VERSION})")
-    return bool(exact), lg_k, N, b, slides, _Reader(data, _STATE_HEAD.size)
+    r = _Reader(data, _STATE_HEAD.size)
+    r.version = version
+    return bool(exact), lg_k, N, b, slides, r
 
 
 class SubWindowDistinct(Base):
@@ -303,9 +311,20 @@ class SubWindowDistinct(Base):
     decides that from event time. Groups are a GROUP BY the thesis does not have: one synopsis
     per (sub-window, group) pair.
 
+    Window changes (seed 004's window knob, CKSV §4.2; issue 18 item 4): :meth:`resize` sets
+    the window to N' sub-windows at a sub-window boundary. A shorter window is in force at once
+    (the oldest sub-windows leave); a longer one grows by one sub-window per :meth:`slide`, since
+    the sub-windows it would add have expired, and holds N' sub-windows only N' − N slides
+    later: fully in force ``max(N, N')`` after the change counted from when the old window began,
+    as in the seed. :attr:`window_held` is the span each report held (``N`` unless growing).
+    Departure from the seed's join, whose shrink is visible only at ``t + min(w, w')`` (its tuples
+    keep the validity they were inserted with): sub-window synopses can leave at once.
+    Before the first slide the past is empty traffic, so a window holds ``N`` from the start.
+
     Verbs (the ``analytics`` convention): ``update``/``update_synopsis`` feed the open sub-window,
-    ``slide()`` closes it, ``merge(other)`` unions another instance's sub-windows, all returning
-    ``self``; ``report()`` reads the window's ``{group: estimate}``.
+    ``slide()`` closes it, ``resize(N)`` changes the window, ``merge(other)`` unions another
+    instance's sub-windows, all returning ``self``; ``report()`` reads the window's
+    ``{group: estimate}``.
 
     Parameters
     ----------
@@ -353,6 +372,8 @@ class SubWindowDistinct(Base):
         self.lg_k = lg_k
         self.exact = exact
         self._n = N // b
+        # The sub-windows the window holds: N/b, less while it grows after resize().
+        self._held = self._n
         self._open: dict[str, Synopsis] = {}
         self._closed: deque[dict[str, Synopsis]] = deque()
         self._slides = 0
@@ -435,22 +456,69 @@ class SubWindowDistinct(Base):
         return self
 
     def slide(self) -> Self:
-        """Close the open sub-window: it joins the window, and the oldest beyond N/b expires."""
+        """Close the open sub-window: it joins the window, and the oldest beyond N/b expires
+        (none while a window grows after :meth:`resize`)."""
         entering = self._open
         self._closed.append(entering)
         for g, syn in entering.items():
             self._by_group.setdefault(g, deque()).append(syn)
             self._answers.pop(g, None)
-        if len(self._closed) > self._n:
+        self._held = min(self._held + 1, self._n)
+        self._expire()
+        self._open = {}
+        self._slides += 1
+        return self
+
+    def _expire(self) -> None:
+        """Drop the closed sub-windows beyond the ones the window holds, oldest first."""
+        while len(self._closed) > self._held:
             for g in self._closed.popleft():
                 mine = self._by_group[g]
                 mine.popleft()  # FIFO: a group's oldest synopsis is the expiring sub-window's
                 if not mine:
                     del self._by_group[g]
                 self._answers.pop(g, None)
-        self._open = {}
-        self._slides += 1
+
+    def resize(self, N: int) -> Self:
+        """The window is ``N`` from the next :meth:`slide` on (seed 004's window knob).
+
+        Shorter: in force at once, the oldest sub-windows leave now (and :meth:`report` answers
+        for the shorter window). Longer: the window grows by one sub-window per slide until it
+        holds ``N/b`` (the expired sub-windows do not come back); :attr:`window_held` says what
+        it holds meanwhile.
+
+        >>> sw = SubWindowDistinct(N=3, b=1, exact=True)
+        >>> for item in "abc":
+        ...     _ = sw.update(item).slide()
+        >>> sw.resize(1).report(), sw.window_held
+        ({'': 1}, 1)
+        >>> _ = sw.resize(3).update("d").slide()
+        >>> sw.report(), sw.window_held  # c and d: growing
+        ({'': 2}, 2)
+        """
+        _check_window(N, self.b)
+        self.N = N
+        self._n = N // self.b
+        self._held = min(self._held, self._n)
+        self._expire()
         return self
+
+    def idle(self, slides: int) -> Self:
+        """``slides`` slides of empty sub-windows while the window holds nothing (an offline
+        driver's jump over a gap in event time): only what the window holds moves on."""
+        if slides <= 0:
+            return self
+        if not self.is_empty() or self._open:
+            raise ValueError("idle: the window or the open sub-window holds items")
+        self._closed.clear()
+        self._held = min(self._held + slides, self._n)
+        return self
+
+    @property
+    def window_held(self) -> int:
+        """The span the window holds (the unit of ``N``): ``N`` except while it grows after
+        :meth:`resize`."""
+        return self._held * self.b
 
     def _reindex(self) -> None:
         self._by_group = {}
@@ -469,6 +537,8 @@ class SubWindowDistinct(Base):
             raise TypeError(f"other: expected a SubWindowDistinct, got {type(other).__name__}")
         if other._get_params() != self._get_params():
             raise ValueError(f"other: parameters differ ({other!r} vs {self!r})")
+        if other._held != self._held:
+            raise ValueError(f"other: holds {other._held} sub-windows, this one {self._held}")
         if other._slides != self._slides:
             raise ValueError(f"other: has slid {other._slides} times, this one {self._slides}")
         for mine, theirs in zip([*self._closed, self._open], [*other._closed, other._open], strict=True):
@@ -571,9 +641,8 @@ class SubWindowDistinct(Base):
 
         Synopses keep their updatable form, so a restored instance behaves identically.
         """
-        head = _STATE_HEAD.pack(
-            self._TAG, _STATE_VERSION, self.exact, self.lg_k, self.N, self.b, self._slides
-        )
+        version = _STATE_VERSION if self._held == self._n else _GROWING_VERSION
+        head = _STATE_HEAD.pack(self._TAG, version, self.exact, self.lg_k, self.N, self.b, self._slides)
         w = _Writer()
         subs = [*self._closed, self._open]
         w.u32(len(subs))
@@ -582,12 +651,14 @@ class SubWindowDistinct(Base):
             for g, syn in sub.items():
                 w.text(g)
                 w.blob(self._syn_bytes(syn))
+        if version == _GROWING_VERSION:
+            w.u32(self._held)
         return head + b"".join(w.parts)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SubWindowDistinct:
         """Rebuild an instance from :meth:`to_bytes`."""
-        exact, lg_k, N, b, slides, r = _read_head(data, cls._TAG)
+        exact, lg_k, N, b, slides, r = _read_head(data, cls._TAG, (_STATE_VERSION, _GROWING_VERSION))
         out = cls(N, b, lg_k=lg_k, exact=exact)
         subs: list[dict[str, Synopsis]] = []
         for _ in range(r.u32()):
@@ -596,9 +667,13 @@ class SubWindowDistinct(Base):
                 g = r.text()
                 sub[g] = out._syn_from_bytes(r.blob())
             subs.append(sub)
+        if r.version == _GROWING_VERSION:
+            out._held = r.u32()
+            if not 1 <= out._held < out._n:
+                raise ValueError(f"data: {out._held} sub-windows held, expected 1..{out._n - 1}")
         r.end()
-        if not subs or len(subs) - 1 > out._n:
-            raise ValueError(f"data: {len(subs)} sub-windows stored, expected 1..{out._n + 1}")
+        if not subs or len(subs) - 1 > out._held:
+            raise ValueError(f"data: {len(subs)} sub-windows stored, expected 1..{out._held + 1}")
         out._closed = deque(subs[:-1])
         out._open = subs[-1]
         out._slides = slides

@@ -26,6 +26,10 @@ ones the Spark job follows:
 - A report lists groups by distinct count descending, then group text ascending (code-point order,
   which is also UTF-8 byte order), cut to ``top``.
 - Records whose counted key or group key is null are skipped (``OfflineStats.skipped``).
+- A window change at run time (seed 004's window knob, ``changes``: sub-window index -> the
+  window in ns from the window ending with that sub-window on) follows
+  :meth:`analytics.distinct.SubWindowDistinct.resize`: a shorter window is in force at once, a
+  longer one grows by a sub-window per slide; each report's ``window_ns`` is the span it held.
 - Each group's count carries the interval of the sketch's own error
   (:func:`analytics.distinct.hll_interval` of the count and ``lg_k``, what the pipeline's rows
   carry when nothing is sampled); an exact count (``exact=True``) is its own interval.
@@ -84,12 +88,14 @@ class DistinctReport:
     """One slide's answer: the window's exclusive end, and (group, distinct) pairs in order.
 
     ``lg_k`` is the HLL sketches' (their counts carry :func:`analytics.distinct.hll_interval`),
-    ``None`` for exact counts.
+    ``None`` for exact counts. ``window_ns`` is the span the window held: the query's window,
+    less while a window changed at run time grows (``distinct_reports(changes=...)``).
     """
 
     end_ns: int
     groups: tuple[tuple[str, int], ...]
     lg_k: int | None = None
+    window_ns: int | None = None
 
     @property
     def bounds(self) -> tuple[tuple[int, int], ...]:
@@ -181,6 +187,8 @@ class _Driver:
     full_windows: bool = False
     top: int | None = None
     stats: OfflineStats = field(default_factory=OfflineStats)
+    #: window changes: sub-window index -> the window (ns) from the window ending with it on
+    changes: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         engine = self.engine
@@ -193,6 +201,10 @@ class _Driver:
         self.next: int | None = None  # the engine's open sub-window; None while idle
         self.first: int | None = None
         self.max_ts = _NEVER
+        self._changes = sorted(self.changes.items())
+        if self._changes and not hasattr(engine, "resize"):
+            raise ValueError(f"changes: {type(engine).__name__} cannot change its window")
+        self._pos: int | None = None  # the next sub-window whose slide the engine has not seen
 
     def feed(self, chunk: _Chunk) -> Iterator[DistinctReport]:
         st, b = self.stats, self.b
@@ -254,9 +266,12 @@ class _Driver:
                     self.next = min(self.pending) if self.pending else None
                     return
                 i = min(ahead)
+            if self._changes:
+                self._resize_through(i)
             for g, it in self.pending.pop(i, {}):
                 eng.update(it, g)
             eng.slide()
+            self._pos = i + 1
             self.stats.slides += 1
             self.next = i + 1
             if eng.is_empty():
@@ -264,7 +279,22 @@ class _Driver:
             if self.full_windows and self.first is not None and i - self.first + 1 < self.n:
                 continue
             self.stats.reports += 1
-            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top), self.lg_k)
+            held = getattr(eng, "window_held", eng.N)
+            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top), self.lg_k, held)
+
+    def _resize_through(self, i: int) -> None:
+        """The window changes up to sub-window ``i``, before it closes; the empty sub-windows a
+        jump skipped (the engine held nothing) slide by as :meth:`SubWindowDistinct.idle`."""
+        eng: Any = self.engine
+        while self._changes and self._changes[0][0] <= i:
+            at, window_ns = self._changes.pop(0)
+            pos = at if self._pos is None else self._pos
+            if at > pos:
+                eng.idle(at - pos)
+            self._pos = max(pos, at)
+            eng.resize(window_ns)
+        if self._pos is not None and i > self._pos:
+            eng.idle(i - self._pos)
 
 
 def _ranked(counts: dict[str, int], top: int | None) -> tuple[tuple[str, int], ...]:
@@ -297,6 +327,7 @@ def run_engine(
     full_windows: bool = False,
     stats: OfflineStats | None = None,
     close_after_ns: int | None = None,
+    changes: dict[int, int] | None = None,
 ) -> Iterator[DistinctReport]:
     """Drive any engine with the shared interface (synopsis or oracle) over record batches.
 
@@ -304,9 +335,12 @@ def run_engine(
     checked at once; the batches are read lazily, as the reports are consumed.
     ``close_after_ns``: at the end of the input, close the sub-windows that end at most this long
     after the last record (the pipeline at the end of a replay); ``None`` leaves them open.
+    ``changes``: window changes, sub-window index -> the window in ns from the window ending
+    with that sub-window on (the engine's ``resize``).
     """
     _check_options(top, watermark_ns, close_after_ns)
-    driver = _Driver(engine, watermark_ns, full_windows, top, stats if stats is not None else OfflineStats())
+    stats = stats if stats is not None else OfflineStats()
+    driver = _Driver(engine, watermark_ns, full_windows, top, stats, dict(changes or {}))
     return _run(driver, batches, query, close_after_ns)
 
 
@@ -333,13 +367,15 @@ def distinct_reports(
     full_windows: bool = False,
     stats: OfflineStats | None = None,
     close_after_ns: int | None = None,
+    changes: dict[int, int] | None = None,
 ) -> Iterator[DistinctReport]:
     """Run ``query`` over record batches (:data:`netmon.records.ARROW_SCHEMA`, file order).
 
     Yields one :class:`DistinctReport` per closed sub-window whose window holds an item, using
     a :class:`SubWindowDistinct` (HLL sketches, or exact sets with ``exact=True``).
     ``close_after_ns`` closes, at the end, the sub-windows ending at most that long after the
-    last record (:func:`run_engine`).
+    last record (:func:`run_engine`). ``changes`` changes the window at run time (sub-window
+    index -> window in ns, :meth:`SubWindowDistinct.resize`; module docstring).
 
     Examples
     --------
@@ -361,7 +397,7 @@ def distinct_reports(
     )
     return run_engine(
         engine, batches, query, top=top, watermark_ns=watermark_ns, full_windows=full_windows, stats=stats,
-        close_after_ns=close_after_ns,
+        close_after_ns=close_after_ns, changes=changes,
     )  # fmt: skip
 
 

@@ -23,6 +23,14 @@ the rebuilt sketches in a window is the union of the original ones (the same cou
 at its latest closed sub-window), so the answers are equal, not approximately equal, to
 ``window_segments`` over all the sketches (``tests/analytics/test_sketch_carry.py``).
 
+A window change at run time (:meth:`SlidingCoupons.resize`, seed 004's window knob) follows
+:meth:`analytics.distinct.SubWindowDistinct.resize`: window end ``i`` holds sub-windows ``s(i) ..
+i`` with a start ``s`` that never moves back (a shorter window moves it forward at once, a longer
+one holds it until the window holds ``k``). A resize drops the carried state before the new
+start; then every carried coupon (at ``L >= s``) still expires at ``L + k`` and every new one at
+``idx + k``, so the counting above is unchanged, only ``k`` is the new one (window ``i`` holds
+``max(s, i − k + 1) .. i``, and nothing before ``s`` is left to count).
+
 This is the incremental form of the two-stacks aggregation the module above cites
 (Tangwongsan, Hirzel and Schneider, "Sliding-Window Aggregation Algorithms", 2019): state
 proportional to the window's live coupons, work per batch proportional to the batch's coupons
@@ -68,8 +76,10 @@ class SlidingCoupons:
     Algorithms", Encyclopedia of Big Data Technologies, 2019 (incremental sliding aggregation).
     """
 
-    def __init__(self, k: int, lg_k: int, lo: int) -> None:
+    def __init__(self, k: int, lg_k: int, lo: int, held: int | None = None) -> None:
         self.k, self.lg_k, self.lo = k, lg_k, lo
+        #: the sub-windows window ``lo`` holds: ``k``, less while a window grows after resize()
+        self.held = k if held is None else min(held, k)
         #: carried coupons, sorted: ``group << 32 | coupon`` and its latest closed sub-window
         self.keys = np.zeros(0, np.uint64)
         self.last = _EMPTY
@@ -108,6 +118,26 @@ class SlidingCoupons:
         self._pending = [(np.searchsorted(kept, g).astype(np.int64), i, b) for g, i, b in self._pending]
         return self
 
+    def resize(self, k: int) -> SlidingCoupons:
+        """Windows of ``k`` sub-windows from window end ``lo + 1`` on (a shorter one at once,
+        a longer one growing by a sub-window per window end): the carried state before the
+        new start goes."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"SlidingCoupons.resize: expected a positive number of sub-windows, got {k!r}")
+        self.k = k
+        if self.held > k:
+            self.held = k
+            live = self.last > self.lo - k
+            self.keys, self.last = self.keys[live], self.last[live]
+            live_hll = np.flatnonzero(self.hll_idx > self.lo - k)
+            self.hll_group, self.hll_idx = self.hll_group[live_hll], self.hll_idx[live_hll]
+            self.hll_sketch = self.hll_sketch.take(pa.array(live_hll, pa.int64()))
+        return self
+
+    def held_at(self, ends: np.ndarray) -> np.ndarray:
+        """The sub-windows each window end after ``lo`` holds (up to the next resize)."""
+        return np.minimum(self.held + (np.asarray(ends, np.int64) - self.lo), self.k)
+
     def seek(self, hi: int, *, answers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Close window ends ``lo < i <= hi`` (sketches after ``hi`` wait for a later seek).
 
@@ -141,7 +171,8 @@ class SlidingCoupons:
                 key, at, unique_key, first_at, pos, seen, united, hi, table, group, idx, sketches
             )
         # Carry: the batch's coupons at their latest sub-window, HLL sketches as they are, then
-        # only what a window after hi can still hold.
+        # only what a window after hi can still hold (from window hi's start: a growth holds it).
+        k = self.held = min(self.held + hi - self.lo, self.k)
         last = self.last.copy()
         last[pos[seen]] = last_at[seen]
         absent = ~seen

@@ -12,7 +12,7 @@ per batch, ``batch_sink`` commits its rows per batch; ``topk_state`` is the firs
 stateful merge (kept for ``netmon bench topk``); ``publish`` copies committed results to Kafka
 (``result_json`` writes their rows as JSON, a column at a time); ``resource_manager`` chooses
 the drop boxes before the top-k queries each batch under overload (``[resources] manage``);
-``window_knobs`` the top-k windows each batch applies (``netmon tune --window``).
+``window_knobs`` the top-k and distinct windows each batch applies (``netmon tune --window``).
 
 ``__all__`` lists the modules (``from pipeline import *`` imports them all).
 

@@ -37,6 +37,16 @@ unions per sketch, whatever N/b is; the store holds only the sketches an open wi
 hold. Departure from the thesis, which probes the N/b synopses per window: the same synopses,
 counted as coupon sets or united in another grouping, give the same estimates.
 
+A query's window can change at run time (seed 004's window knob, issue 18 item 4: ``netmon tune
+--window distinct/NAME=SECONDS`` or the resource manager's window reduction,
+``pipeline.window_knobs``): each batch's windows are decided (and saved) before it runs, and the
+change is in force from the first window end the batch closes, as
+``analytics.distinct.SubWindowDistinct.resize`` offline: a shorter window at once, a longer one
+growing by a sub-window per window end from the sketches still held (the expired ones are gone),
+complete ``max(w, w')`` after the old window began. Each row's ``window_s`` is the span its window
+held. The queries of a chain whose windows (or spans held) differ get a carry each, rebuilt from
+the store when they part or meet again; the store is the chain's, as before.
+
 The sub-window sketches stay in a small store beside the checkpoint (``<checkpoint>/sketches``,
 one directory per batch, dropped once no open window needs it) and results are committed per
 batch (``pipeline.batch_sink``): a batch that Spark runs again after a crash rewrites the same
@@ -72,6 +82,7 @@ from analytics.sketch_carry import GroupIds, SlidingCoupons
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
 from pipeline.partials import INTAKE, DistinctSpec, merge_partials, partial_counts
+from pipeline.window_knobs import WindowKnobs, window_file
 
 __all__ = [
     "COLUMNS",
@@ -345,8 +356,14 @@ class SlidingDistinct:
         *,
         watermark_ms: int,
         rank: bool = True,
+        windows: Path | None = None,
     ) -> None:
         self.chains = list(chains)
+        self._whole = {c.label: c for c in self.chains}
+        #: each batch's windows: the configured ones, or those ``netmon tune --window`` asks for
+        #: (``distinct/<name>`` entries of the control file ``windows``), at most the manager's
+        queries = [q for c in self.chains for q in c.queries]
+        self.knobs = WindowKnobs(queries, windows, Path(checkpoint) / "windows", kind="distinct")
         self.results = Path(results)
         self.store = Path(checkpoint) / "sketches"
         self.delay_ms = watermark_ms
@@ -364,12 +381,20 @@ class SlidingDistinct:
         self._before: dict[int, dict] = {}
         self._watermark_ms: int | None = None
         self._lows: dict[str, int] = {c.label: _BEFORE_ALL for c in self.chains}
-        #: per chain, stage 3's state after the last committed batch (rebuilt when it is not)
-        self._carries: dict[str, _Carry] = {}
+        #: per chain and set of its queries with one window and span held (all of them unless
+        #: their windows changed apart), stage 3's state after the last committed batch (rebuilt
+        #: when it is not)
+        self._carries: dict[tuple[str, tuple[str, ...]], _Carry] = {}
         #: the drop-box fraction per query in force for the next batch (:meth:`sample`)
         self.keep: dict[str, float] = {}
         #: the intake drop box's fraction in force for the next batch (records, before the decode)
         self.intake = 1.0
+
+    def limit_windows(self, windows: dict[str, float]) -> None:
+        """The resource manager's window reduction for the next batch (``distinct/<query>`` ->
+        seconds, ``analytics.window_plan.window_key``; the top-k entries are top-k's): each query's
+        window is at most this (``WindowKnobs.decide``)."""
+        self.knobs.limit(windows)
 
     def sample(self, keep: dict[str, float]) -> None:
         """The fraction of items each query's drop box keeps in the next batch (absent: 1), and
@@ -436,6 +461,8 @@ class SlidingDistinct:
         lows = self._lows
         if not self._prepared:
             raise RuntimeError("SlidingDistinct.apply before prepare()")
+        # Saved before the batch: a batch run again applies the same windows.
+        spans = self._spans(self.knobs.decide(batch_id), batch_id)
         started = time.perf_counter()
         chain_of = {spec_name(q.name): c.label for c in self.chains for q in c.queries}
         names = pc.replace_substring(partials["query"], SPEC_PREFIX, "", max_replacements=1)
@@ -477,6 +504,17 @@ class SlidingDistinct:
             moved = max_us // 1000 - self.delay_ms
             watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
         marker: dict[str, Any] = {"watermark_ms": watermark_ms, "max_idx": max_idx, "late": late_rows}
+        # Each query's span held and window (sub-windows) after the batch, and its chain: the
+        # next batch's start (a chain of another configured window starts afresh).
+        marker["windows"] = {
+            q.name: [
+                min(spans[q.name].held + max(_last(c, watermark_ms) - lows[c.label], 0), spans[q.name].k),
+                spans[q.name].k,
+                c.label,
+            ]
+            for c in self.chains
+            for q in c.queries
+        }
         live = any(
             mark[2] < 1
             for m in self._before.values()
@@ -509,18 +547,28 @@ class SlidingDistinct:
         self.late_rows += late_rows
         stored = self._before | {batch_id: marker}
         segments = []
-        carries: dict[str, _Carry] = {}
-        for c in self.chains:
+        carries: dict[tuple[str, tuple[str, ...]], _Carry] = {}
+        for part in self._parts(spans):
+            c = part.chain
+            key = (c.label, tuple(q.name for q in c.queries))
             lo, hi = lows[c.label], _last(c, watermark_ms)
-            carry = self._carries.pop(c.label, None)
+            carry = self._carries.pop(key, None)
+            if carry is not None and (carry.coupons.lo, carry.coupons.held, carry.coupons.k) != (
+                lo,
+                part.before.held,
+                part.before.k,
+            ):
+                carry = None
+            if carry is not None:
+                carry.coupons.resize(c.k)  # the batch's window, from window end lo + 1 on
             if hi <= lo:
-                if carry is not None and carry.coupons.lo == lo:
-                    carries[c.label] = carry
+                if carry is not None:
+                    carries[key] = carry
                 continue
-            if carry is None or carry.coupons.lo != lo:
-                carry = self._rebuilt(c, stored, lo)
+            if carry is None:
+                carry = self._rebuilt(c, stored, lo, part.held)
             found = self._segments(c, carry, self._paths(c, stored, lo), lo, hi)
-            carries[c.label] = carry
+            carries[key] = carry
             sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
             segments.append(found.append_column("sub_us", sub_us))
         found_all = pa.concat_tables(segments) if segments else None
@@ -535,9 +583,10 @@ class SlidingDistinct:
             ends_us = pc.multiply(
                 pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
             )
-            width = {q.name: c.k for c in self.chains for q in c.queries}
+            held = _held_of(rows, spans, {q.name: lows[c.label] for c in self.chains for q in c.queries})
             lg_k = {q.name: c.lg_k for c in self.chains for q in c.queries}
-            distinct, keep, low, high = _precision(rows, stored, width, lg_k)
+            distinct, keep, low, high = _precision(rows, stored, held, lg_k)
+            window_s = pa.array(held * _column(rows, sub_of) / 1e6, pa.float64())
             table = pa.table(
                 {
                     "query": rows["query"],
@@ -548,6 +597,9 @@ class SlidingDistinct:
                     "keep": keep,
                     "distinct_low": low,
                     "distinct_high": high,
+                    # the span the window held (issue 18 item 4): window_s, less while a window
+                    # changed at run time grows
+                    "window_s": window_s,
                 }
             )
             write_table(table, self.results, batch_id)
@@ -555,7 +607,7 @@ class SlidingDistinct:
             commit_batch(self.results, batch_id, [])
         # Kept only once the batch committed: a batch that fails, or runs again, rebuilds them.
         self._carries = carries
-        self._drop_unneeded(self._before, lows)
+        self._drop_unneeded(self._before, lows, spans)
         self.state_rows = self._held_rows(batch_id, store.num_rows)
         log.debug(
             "distinct batch",
@@ -569,6 +621,48 @@ class SlidingDistinct:
                 "late": late_rows,
             },
         )
+
+    def _spans(self, windows: dict[str, int], batch_id: int) -> dict[str, _Span]:
+        """Each query's window in this batch (``windows``: ns, ``WindowKnobs.decide``), from its
+        state after the previous batch (its store marker; the configured window before any)."""
+        previous = self._before[max(self._before)] if self._before else {}
+        saved = previous.get("windows", {})
+        out = {}
+        for c in self.chains:
+            for q in c.queries:
+                held, k, label = saved.get(q.name, (c.k, c.k, c.label))
+                if label != c.label:  # the configuration changed the chain: its store is new
+                    held, k = c.k, c.k
+                new = windows[q.name] // (c.sub_window_us * 1000)
+                if new != k:
+                    # Seed 004's window knob at the batch boundary: in force from the first window
+                    # end this batch closes (a shorter window at once, a longer one growing).
+                    log.info(
+                        "window change",
+                        extra={
+                            "query": q.name,
+                            "batch": batch_id,
+                            "from_s": k * c.sub_window_us / 1e6,
+                            "to_s": new * c.sub_window_us / 1e6,
+                            "from_sub_window": self._lows[c.label] + 1,
+                        },
+                    )
+                out[q.name] = _Span(_Window(int(held), int(k)), min(int(held), new), new)
+        return out
+
+    def _parts(self, spans: dict[str, _Span]) -> list[_Part]:
+        """The chains cut where their queries' windows or spans held differ (one part each
+        otherwise: the configured chains)."""
+        out = []
+        for c in self.chains:
+            by_span: dict[tuple[int, int, _Window], list[DistinctQuery]] = {}
+            for q in c.queries:
+                span = spans[q.name]
+                by_span.setdefault((span.held, span.k, span.before), []).append(q)
+            for (held, k, before), queries in by_span.items():
+                part = c._replace(window_us=k * c.sub_window_us, queries=tuple(queries))
+                out.append(_Part(part, before, held))
+        return out
 
     def _paths(self, c: Chain, stored: dict[int, dict], after: int) -> list[str]:
         """The store batches holding one of ``c``'s sub-windows after ``after``."""
@@ -587,6 +681,9 @@ class SlidingDistinct:
             pc.equal(stored["chain"], c.label),
             pc.and_(pc.greater(stored["idx"], lo), pc.less_equal(stored["idx"], hi)),
         )
+        if len(c.queries) < len(self._whole[c.label].queries):  # a part of the chain (_parts)
+            names = pa.array([q.name for q in c.queries], pa.string())
+            keep = pc.and_(keep, pc.is_in(stored["query"], value_set=names))
         return stored.filter(keep)
 
     def _feed(self, c: Chain, carry: _Carry, sketches: pa.Table) -> None:
@@ -600,18 +697,21 @@ class SlidingDistinct:
         ids = carry.ids.ids(key, sketches.select(["query", "group"]))
         carry.coupons.update(ids, sketches["idx"].to_numpy(), sketches["sketch"].combine_chunks())
 
-    def _rebuilt(self, c: Chain, stored: dict[int, dict], lo: int) -> _Carry:
-        """The carry at ``lo`` from the store: the sketches of sub-windows ``lo - k < idx <= lo``.
+    def _rebuilt(self, c: Chain, stored: dict[int, dict], lo: int, held: int) -> _Carry:
+        """The carry at ``lo`` from the store: the sketches of the ``held`` sub-windows window
+        ``lo`` holds, ``lo - held < idx <= lo`` (``held = k`` unless a window grows).
 
-        On a process's first batch, and after a batch that failed or runs again: whatever the
-        carry held, it is a function of those sketches, which no later batch changes.
+        On a process's first batch, after a batch that failed or runs again, and when a chain's
+        queries part or meet (their windows changed): whatever the carry held, it is a function of
+        those sketches, which no later batch changes.
         """
         started = time.perf_counter()
-        carry = _Carry(SlidingCoupons(c.k, c.lg_k, lo - c.k), GroupIds())
+        carry = _Carry(SlidingCoupons(c.k, c.lg_k, lo - held, held=held), GroupIds())
         if lo > _BEFORE_ALL:
-            self._feed(c, carry, self._read(c, self._paths(c, stored, lo - c.k), lo - c.k, lo))
+            self._feed(c, carry, self._read(c, self._paths(c, stored, lo - held), lo - held, lo))
             carry.coupons.seek(lo, answers=False)
         carry.coupons.lo = lo
+        carry.coupons.held = held
         self.timings["rebuild_s"] = self.timings.get("rebuild_s", 0.0) + time.perf_counter() - started
         return carry
 
@@ -666,21 +766,25 @@ class SlidingDistinct:
         self._store_rows = {b: n for b, n in self._store_rows.items() if b in self._before or b == batch_id}
         return held
 
-    def _drop_unneeded(self, before: dict[int, dict], lows: dict[str, int]) -> None:
+    def _drop_unneeded(self, before: dict[int, dict], lows: dict[str, int], spans: dict[str, _Span]) -> None:
         """Delete store batches older than the previous one whose sketches no window can still hold.
 
-        This batch read sub-windows ``> lo - k``; later batches read from further on. The previous
-        batch's marker stays: a rerun of this batch starts from its watermark.
+        This batch read sub-windows ``> lo - held`` (``held``: what window ``lo`` held, ``k``
+        unless a window grows); later batches read from further on, whatever their windows (a
+        window's start never moves back). The previous batch's marker stays: a rerun of this
+        batch starts from its watermark.
         """
         if not before:
             return
         latest = max(before)
-        k = {q.name: c.k for c in self.chains for q in c.queries}
+        k = {name: span.before.held for name, span in spans.items()}
+        reach = {c.label: max(k[q.name] for q in c.queries) for c in self.chains}
         low = {q.name: lows[c.label] for c in self.chains for q in c.queries}
         for b, marker in before.items():
             top = marker["max_idx"]
             needed = any(
-                top.get(c.label) is not None and top[c.label] > lows[c.label] - c.k for c in self.chains
+                top.get(c.label) is not None and top[c.label] > lows[c.label] - reach[c.label]
+                for c in self.chains
             ) or any(  # its drop-box marks still reach a window to come
                 name in k and hi > low[name] - k[name]
                 for name, ranges in marker.get("keeps", {}).items()
@@ -712,7 +816,7 @@ def _sketch_bounds(
 
 
 def _precision(
-    rows: pa.Table, stored: dict[int, dict], width: dict[str, int], lg_k: dict[str, int]
+    rows: pa.Table, stored: dict[int, dict], held: np.ndarray, lg_k: dict[str, int]
 ) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
     """Each row's count scaled for its window's drop boxes, the fraction, and the interval.
 
@@ -758,10 +862,10 @@ def _precision(
         return raw, pa.array(np.ones(n)), pa.array(kept_low, pa.int64()), pa.array(kept_high, pa.int64())
     out, keep, low, high = [], [], [], []
     queries, ends = rows["query"].to_pylist(), rows["i"].to_pylist()
-    for name, i, count, m_low, m_high in zip(
-        queries, ends, counts.tolist(), kept_low.tolist(), kept_high.tolist(), strict=True
+    for name, i, width, count, m_low, m_high in zip(
+        queries, ends, held.tolist(), counts.tolist(), kept_low.tolist(), kept_high.tolist(), strict=True
     ):
-        first = i - width[name] + 1
+        first = i - width + 1  # the window's first sub-window: it holds `width` (row's window_s)
         hits = sorted(mark for mark in marks.get(name, ()) if mark[0] <= i and mark[1] >= first)
         x_min = min((x for _, _, x, _ in hits), default=1.0)
         x_max = max((x_hi for *_, x_hi in hits), default=1.0)
@@ -797,12 +901,58 @@ class _Carry(NamedTuple):
     ids: GroupIds
 
 
+class _Window(NamedTuple):
+    """A query's window state at a window end: the sub-windows it holds and its window."""
+
+    held: int
+    k: int
+
+
+class _Span(NamedTuple):
+    """A query's window in a batch: after the previous batch (``before``), and at the batch's
+    boundary, resized to the batch's window ``k`` (``held``: what window ``lo`` holds then)."""
+
+    before: _Window
+    held: int
+    k: int
+
+
+class _Part(NamedTuple):
+    """The queries of a chain that share a window and a span held in a batch: one carry."""
+
+    chain: Chain
+    before: _Window
+    held: int
+
+
+def _column(rows: pa.Table, by_query: dict[str, int]) -> np.ndarray:
+    """``by_query`` of each row's query."""
+    names = list(by_query)
+    at = np.asarray(pc.index_in(rows["query"], value_set=pa.array(names, pa.string())).to_numpy())
+    return np.asarray([by_query[name] for name in names], np.int64)[at]
+
+
+def _held_of(rows: pa.Table, spans: dict[str, _Span], lows: dict[str, int]) -> np.ndarray:
+    """The sub-windows each row's window holds: ``min(held + i - lo, k)`` (a growth fills one
+    sub-window per window end; ``k`` otherwise)."""
+    ends = np.asarray(rows["i"].to_numpy(), np.int64)
+    held = _column(rows, {name: span.held for name, span in spans.items()})
+    k = _column(rows, {name: span.k for name, span in spans.items()})
+    lo = _column(rows, lows)
+    return np.minimum(held + (ends - lo), k)
+
+
 def _last(c: Chain, watermark_ms: int | None) -> int:
     return _BEFORE_ALL if watermark_ms is None else c.last_index(watermark_ms)
 
 
 def build_distinct(
-    packets: DataFrame, queries: Sequence[DistinctQuery], *, watermark_s: float, rank: bool = True
+    packets: DataFrame,
+    queries: Sequence[DistinctQuery],
+    *,
+    watermark_s: float,
+    rank: bool = True,
+    windows: Path | None = None,
 ) -> BatchOutput:
     """All ``queries`` as one streaming query whose micro-batches ``SlidingDistinct`` processes.
 
@@ -814,7 +964,7 @@ def build_distinct(
     return BatchOutput(
         packets,
         lambda results, checkpoint: SlidingDistinct(
-            chains, results, checkpoint, watermark_ms=delay_ms, rank=rank
+            chains, results, checkpoint, watermark_ms=delay_ms, rank=rank, windows=windows
         ),
     )
 
@@ -826,6 +976,7 @@ def build_distinct_batch(cfg: Config, results: Path, checkpoint: Path) -> Slidin
         results,
         checkpoint,
         watermark_ms=int(round(cfg.pipeline.watermark_s * 1000)),
+        windows=window_file(cfg),
     )
 
 
@@ -834,4 +985,8 @@ def build_distinct_outputs(packets: DataFrame, cfg: Config) -> dict[str, BatchOu
 
     ``packets`` must keep its control rows (as :func:`build_distinct`).
     """
-    return {"distinct": build_distinct(packets, cfg.queries.distinct, watermark_s=cfg.pipeline.watermark_s)}
+    return {
+        "distinct": build_distinct(
+            packets, cfg.queries.distinct, watermark_s=cfg.pipeline.watermark_s, windows=window_file(cfg)
+        )
+    }

@@ -31,10 +31,11 @@ joins shed by PNI.
 
 6. **Window reduction** (:meth:`ResourceManager._windows`, seed 004 §4.3's bisection on one
    shared f, ``analytics.window_plan``): when the estimated state of the shared kinds is over
-   ``[resources] memory_budget`` less the reserve, the top-k queries that have a QoS range
-   (``window_range_s``) get shorter windows, down to the range's minimum; they grow back when
-   it fits. The top-k kind applies them at the next batch boundary (``pipeline.window_knobs``:
-   the same mechanism as ``netmon tune --window``, and every row says the window it held).
+   ``[resources] memory_budget`` less the reserve, the top-k and distinct queries that have a
+   QoS range (``window_range_s``) get shorter windows, down to the range's minimum; they grow
+   back when it fits. Each kind applies them at the next batch boundary
+   (``pipeline.window_knobs``: the same mechanism as ``netmon tune --window``, and every row
+   says the window it held).
    Granularity is not turned: no operator changes it at run time yet.
 
 5. **The intake box, last** (:meth:`ResourceManager._intake`): when every query's box at its
@@ -75,7 +76,7 @@ from typing import Any
 
 from analytics.cost_model import CostModel, Workload, load_constants, place_sampling
 from analytics.explain import admission
-from analytics.window_plan import estimated, plan_windows
+from analytics.window_plan import DISTINCT_PREFIX, estimated, plan_windows, ranged_queries
 from netmon.config import Config
 from netmon.config.checks import ConfigError
 from netmon.config.resources import ResourcesConfig
@@ -275,19 +276,26 @@ class ResourceManager:
     def _windows(
         self, rate: float, keep: Mapping[str, float], state_correction: float | None = None
     ) -> dict[str, float]:
-        """Window reduction (seed 004 §4.3, ``analytics.window_plan``): the top-k queries with a
-        QoS range (``window_range_s``) whose window the memory bound needs shorter than
+        """Window reduction (seed 004 §4.3, ``analytics.window_plan``): the top-k and distinct
+        queries with a QoS range (``window_range_s``; ``distinct/<name>`` for a distinct query,
+        ``window_plan.window_key``) whose window the memory bound needs shorter than
         configured, at the largest shared f whose estimated state fits; each at most its
         configured ``window_s`` (the window asked for is the QoS target, the range's minimum
         the floor). Empty while everything fits: the windows go back as soon as the estimate
         at them fits again (state is not CPU: no measured correction, no damping needed).
         """
-        ranged = {q.name: q for q in self._cfg.queries.topk if q.window_range_s}
-        if not ranged or "topk" not in self._cfg.pipeline.kinds:
+        kinds = self._cfg.pipeline.kinds
+        # keyed as the control file: a top-k query's name, distinct/<name> (window_key)
+        ranged = {
+            key: q
+            for key, q in ranged_queries(self._cfg).items()
+            if ("distinct" if key.startswith(DISTINCT_PREFIX) else "topk") in kinds
+        }
+        if not ranged:
             return {}
         bound = self.resources.memory_bound / (state_correction or 1.0)
         plan = plan_windows(self.model, self._cfg, Workload(rate_pps=rate), bound, keep=keep)
-        return {name: s for name, s in plan.windows.items() if s < ranged[name].window_s}
+        return {key: s for key, s in plan.windows.items() if key in ranged and s < ranged[key].window_s}
 
     @property
     def windows(self) -> dict[str, float]:

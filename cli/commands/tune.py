@@ -3,12 +3,13 @@
 The values go to the control file ``<data_dir>/control/resources.json``, replaced atomically; the
 running manager (``[resources] manage = true``, ``pipeline.resource_manager``) reads it at its
 next batch, so a change is in force within one trigger, without a restart. ``--window`` sets a
-top-k query's window (``<data_dir>/control/windows.json``, ``pipeline.window_knobs``), read by
-the running pipeline at its next batch whether or not the manager is on. Without options it shows
-the knobs in force; ``--clear`` goes back to the configuration.
+top-k or a distinct query's window (``<data_dir>/control/windows.json``, ``pipeline.window_knobs``),
+read by the running pipeline at its next batch whether or not the manager is on: ``NAME`` is the
+query of that name (``topk/NAME`` or ``distinct/NAME`` when both kinds have one). Without options
+it shows the knobs in force; ``--clear`` goes back to the configuration.
 
     netmon tune --cpu-budget 0.5 --importance top-sources=4 --keep-min-of top-pairs=0.5
-    netmon tune --window top-sources=30
+    netmon tune --window top-sources=30 --window ddos=120
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import click
 
 from cli.main import pass_config
-from netmon.config import Config
+from netmon.config import Config, DistinctQuery, TopKQuery
 from netmon.config.checks import ConfigError
 
 __all__ = ["command"]
@@ -48,7 +49,8 @@ def _pairs(option: str, values: tuple[str, ...]) -> dict[str, float]:
     "--window",
     multiple=True,
     metavar="QUERY=SECONDS",
-    help="A top-k query's window from the next batch on (a multiple of its sub-window).",
+    help="A top-k or distinct query's window from the next batch on (a multiple of its sub-window; "
+    "topk/NAME or distinct/NAME when both kinds have a query NAME).",
 )
 @click.option("--clear", is_flag=True, help="Remove every override: back to the configuration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the knobs in force as JSON.")
@@ -73,6 +75,7 @@ def command(
         read_overrides,
         write_overrides,
     )
+    from pipeline.window_knobs import window_key
 
     path = control_file(cfg)
     try:
@@ -110,7 +113,11 @@ def command(
         else:
             path.unlink(missing_ok=True)
     shown = {key: getattr(res, key) for key in TUNABLE}
-    in_use = {q.name: windows.get(q.name, q.window_s) for q in cfg.queries.topk}
+    in_use = {
+        window_key(kind, q.name): windows.get(window_key(kind, q.name), q.window_s)
+        for kind, queries in (("topk", cfg.queries.topk), ("distinct", cfg.queries.distinct))
+        for q in queries
+    }
     if as_json:
         body = {**shown, "overridden": sorted(overrides), "manage": res.manage}
         body.update(windows=in_use, windows_overridden=sorted(windows))
@@ -119,9 +126,9 @@ def command(
     for key, value in shown.items():
         mark = " (overridden)" if key in overrides else ""
         click.echo(f"{key:<18} {value}{mark}")
-    for name, seconds in in_use.items():
-        mark = " (overridden)" if name in windows else ""
-        click.echo(f"{'window ' + name:<18} {seconds:g} s{mark}")
+    for key, seconds in in_use.items():
+        mark = " (overridden)" if key in windows else ""
+        click.echo(f"{'window ' + key:<18} {seconds:g} s{mark}")
     if not res.manage and not (window and not changed):  # the windows need no manager
         click.echo(
             "note: [resources] manage is false: no resource manager reads these until it is on", err=True
@@ -129,27 +136,47 @@ def command(
 
 
 def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, float]:
-    """The top-k windows asked for, checked against their queries; written when changed."""
-    from pipeline.window_knobs import read_windows, window_file, write_windows
+    """The windows asked for (control file entries, ``pipeline.window_knobs.window_key``),
+    checked against their queries; written when changed."""
+    from pipeline.window_knobs import read_windows, window_file, window_key, write_windows
 
     path = window_file(cfg)
     try:
         windows = {} if clear else read_windows(path)
     except ConfigError as exc:
         raise click.ClickException(f"{exc} (netmon tune --clear starts afresh)") from None
-    queries = {q.name: q for q in cfg.queries.topk}
     for name, seconds in _pairs("--window", given).items():
-        q = queries.get(name)
-        if q is None:
-            known = ", ".join(sorted(queries)) or "none"
-            raise click.UsageError(f"--window: no top-k query {name!r} (top-k queries: {known})")
+        kind, q = _windowed(cfg, name)
         problem = q.window_problem(seconds)
         if problem is not None:
             raise click.UsageError(f"--window: {problem}")
-        windows[name] = seconds
+        windows[window_key(kind, q.name)] = seconds
     if given or clear:
         if windows:
             write_windows(path, windows)
         else:
             path.unlink(missing_ok=True)
     return windows
+
+
+def _windowed(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:
+    """``(kind, query)`` of a ``--window`` name: ``NAME``, ``topk/NAME`` or ``distinct/NAME``."""
+    kind, sep, rest = name.partition("/")
+    kinds, wanted = ((kind,), rest) if sep and kind in ("topk", "distinct") else (("topk", "distinct"), name)
+    found: dict[str, TopKQuery | DistinctQuery] = {
+        k: q
+        for k, queries in (("topk", cfg.queries.topk), ("distinct", cfg.queries.distinct))
+        if k in kinds
+        for q in queries
+        if q.name == wanted
+    }
+    if len(found) == 1:
+        return next(iter(found.items()))
+    if found:
+        raise click.UsageError(
+            f"--window: a top-k and a distinct query are named {name!r}: say topk/{name} or distinct/{name}"
+        )
+    known = [q.name for q in cfg.queries.topk] + [f"distinct/{q.name}" for q in cfg.queries.distinct]
+    raise click.UsageError(
+        f"--window: no top-k or distinct query {name!r} (queries with a window: {', '.join(known) or 'none'})"
+    )

@@ -429,6 +429,10 @@ class DistinctQuery:
     sub_window_s: float = 1.0
     lg_k: int = 12
     top: int = 20
+    #: [min, max]: the windows ``netmon tune --window`` (and the resource manager's window
+    #: reduction) may set at run time (seed 004's QoS range), as for ``[[queries.topk]]``; empty:
+    #: any multiple of sub_window_s. ``window_s`` is the window at the start.
+    window_range_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         where = _query("distinct", self.name)
@@ -439,6 +443,29 @@ class DistinctQuery:
         # The HLL sketches' range (DataSketches and Spark's hll_sketch_agg: 4..21).
         expect(4 <= self.lg_k <= 21, where, "lg_k", "an integer in 4..21", self.lg_k)
         expect(self.top >= 0, where, "top", "an integer >= 0 (0: every group)", self.top)
+        if self.window_range_s:
+            lo_hi = self.window_range_s
+            expect(
+                len(lo_hi) == 2 and lo_hi[0] <= self.window_s <= lo_hi[1],
+                where,
+                "window_range_s",
+                f"[min, max] around window_s = {self.window_s:g}",
+                list(lo_hi),
+            )
+            for bound in lo_hi:
+                _windows(where, bound, self.sub_window_s)
+
+    def window_problem(self, window_s: float) -> str | None:
+        """Why ``window_s`` cannot be this query's window at run time (None: it can); the rules
+        of ``TopKQuery.window_problem``."""
+        where = f"distinct query {self.name!r}: window {window_s:g} s"
+        b_us, n_us = round(self.sub_window_s * _US), round(window_s * _US)
+        if not (window_s > 0 and n_us % b_us == 0 and math.isclose(n_us, window_s * _US, abs_tol=1e-6)):
+            return f"{where} is not a multiple of sub_window_s = {self.sub_window_s:g}"
+        if self.window_range_s and not self.window_range_s[0] <= window_s <= self.window_range_s[1]:
+            lo, hi = self.window_range_s
+            return f"{where} is outside window_range_s = [{lo:g}, {hi:g}]"
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,9 +71,10 @@ def test_it_says_when_no_manager_reads_the_knobs(tmp_path: Path) -> None:
     assert "manage is false" in done.output
 
 
-def test_a_top_k_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
-    """``--window QUERY=SECONDS``: what the running pipeline's top-k kind reads at its next batch
-    (``pipeline.window_knobs``); refused with a one-line reason when the query cannot take it."""
+def test_a_top_k_or_distinct_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
+    """``--window QUERY=SECONDS``: what the running pipeline's top-k or distinct kind reads at its
+    next batch (``pipeline.window_knobs``); refused with a one-line reason when the query cannot
+    take it, or when the name is a query of both kinds and says not which."""
     from pipeline.window_knobs import read_windows, window_file
 
     config = tmp_path / "netmon.toml"
@@ -81,24 +82,49 @@ def test_a_top_k_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> 
         f'[paths]\ndata_dir = "{tmp_path / "data"}"\n'
         '[[queries.topk]]\nname = "src"\nwindow_s = 10\nsub_window_s = 2\nwindow_range_s = [4, 20]\n'
         '[[queries.topk]]\nname = "dst"\nkey = "dst_ip"\n'
+        '[[queries.distinct]]\nname = "ddos"\nwindow_s = 60\nwindow_range_s = [10, 120]\n'
+        '[[queries.distinct]]\nname = "dst"\ncount = "src_port"\n'
     )
     cfg = load_config(config)
     done = _tune(config, "--window", "src=6")
     assert done.exit_code == 0, done.output
     assert "window src         6 s (overridden)" in done.output and "window dst         10 s\n" in done.output
+    assert "window distinct/ddos 60 s\n" in done.output
     assert "manage is false" not in done.output  # the windows need no resource manager
     assert read_windows(window_file(cfg)) == {"src": 6.0}
-    done = _tune(config, "--window", "dst=30", "--json")
+    done = _tune(config, "--window", "topk/dst=30", "--window", "ddos=120", "--json")
     shown = json.loads(done.output)
-    assert shown["windows"] == {"src": 6.0, "dst": 30.0} and shown["windows_overridden"] == ["dst", "src"]
+    assert shown["windows"] == {"src": 6.0, "dst": 30.0, "distinct/ddos": 120.0, "distinct/dst": 60.0}
+    assert shown["windows_overridden"] == ["distinct/ddos", "dst", "src"]
+    # a distinct query's entry is distinct/NAME: the pipeline's distinct kind reads it
+    assert _tune(config, "--window", "distinct/dst=30").exit_code == 0
+    expected = {"src": 6.0, "dst": 30.0, "distinct/ddos": 120.0, "distinct/dst": 30.0}
+    assert read_windows(window_file(cfg)) == expected
     for args, message in (
         (("--window", "src=5"), "window 5 s is not a multiple of sub_window_s = 2"),
         (("--window", "src=24"), "window 24 s is outside window_range_s = [4, 20]"),
-        (("--window", "nosuch=4"), "--window: no top-k query 'nosuch' (top-k queries: dst, src)"),
+        (
+            ("--window", "ddos=150"),
+            "distinct query 'ddos': window 150 s is outside window_range_s = [10, 120]",
+        ),
+        (
+            ("--window", "ddos=2.5"),
+            "distinct query 'ddos': window 2.5 s is not a multiple of sub_window_s = 1",
+        ),
+        (
+            ("--window", "dst=20"),
+            "a top-k and a distinct query are named 'dst': say topk/dst or distinct/dst",
+        ),
+        (
+            ("--window", "nosuch=4"),
+            "--window: no top-k or distinct query 'nosuch' (queries with a window: src, dst, distinct/ddos, "
+            "distinct/dst)",
+        ),
+        (("--window", "topk/ddos=4"), "--window: no top-k or distinct query 'topk/ddos'"),
         (("--window", "src"), "--window: expected NAME=NUMBER, got 'src'"),
     ):
         done = _tune(config, *args)
         assert done.exit_code != 0 and message in done.output, (args, done.output)
-    assert read_windows(window_file(cfg)) == {"src": 6.0, "dst": 30.0}  # refused: nothing changed
+    assert read_windows(window_file(cfg)) == expected  # refused: nothing changed
     assert _tune(config, "--clear").exit_code == 0
     assert not window_file(cfg).exists()

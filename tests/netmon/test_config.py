@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from netmon.config import Config, ConfigError, load_config
+from netmon.config import Config, ConfigError, DistinctQuery, load_config
 
 
 def test_defaults_are_secure_and_outside_the_repository() -> None:
@@ -288,6 +288,14 @@ def test_join_settings_are_checked_however_they_are_built() -> None:
             '[[queries.distinct]]\nname = "d"\nwindow_s = 0\n',
             "[[queries.distinct]] 'd' window_s: expected a number > 0",
         ),
+        (
+            '[[queries.distinct]]\nname = "d"\nwindow_s = 60\nwindow_range_s = [90, 120]\n',
+            "[[queries.distinct]] 'd' window_range_s: expected [min, max] around window_s = 60",
+        ),
+        (
+            '[[queries.distinct]]\nname = "d"\nsub_window_s = 2\nwindow_range_s = [9, 60]\n',
+            "[[queries.distinct]] 'd' window_s: expected a multiple of sub_window_s = 2, got 9",
+        ),
         ("[kafka]\nport = 70000\n", "[kafka] port: expected a port in 1..65535, got 70000"),
         ("[kafka]\npartitions = 0\n", "[kafka] partitions: expected an integer >= 1, got 0"),
         ("[dashboard]\nport = 0\n", "[dashboard] port: expected a port in 1..65535, got 0"),
@@ -426,3 +434,18 @@ def test_kafka_security_keys_load_and_show_no_password(tmp_path: Path) -> None:
     toml.write_text('[kafka]\nsasl_password = "x"\n')
     with pytest.raises(ConfigError, match="unknown key 'sasl_password'"):
         load_config(toml, env={})
+
+
+def test_a_distinct_querys_window_range_bounds_its_run_time_windows(tmp_path: Path) -> None:
+    """``window_range_s`` of a distinct query (issue 18 item 4): the windows ``netmon tune
+    --window`` may set, checked as a top-k query's."""
+    toml = tmp_path / "netmon.toml"
+    toml.write_text(
+        '[[queries.distinct]]\nname = "d"\nwindow_s = 60\nsub_window_s = 2\nwindow_range_s = [10, 120]\n'
+    )
+    q = load_config(toml).queries.distinct[0]
+    assert q.window_range_s == (10.0, 120.0)
+    assert q.window_problem(30) is None and q.window_problem(120) is None
+    assert q.window_problem(31) == "distinct query 'd': window 31 s is not a multiple of sub_window_s = 2"
+    assert q.window_problem(8) == "distinct query 'd': window 8 s is outside window_range_s = [10, 120]"
+    assert DistinctQuery(name="any", window_s=60).window_problem(600) is None  # no range: any multiple

@@ -89,9 +89,11 @@ def _streamed_bounded(cfg: Config) -> dict[str, Bounded]:
     if rows:
         # The answer's columns, then the precision columns (docs/distinct.md): no drop box here,
         # so every row's interval is the sketch's own error (coupon mode: the count itself).
-        assert tuple(table.column_names) == (*COLUMNS, "keep", "distinct_low", "distinct_high")
+        # ``window_s``: the span held, the configured window without a change at run time
+        assert tuple(table.column_names) == (*COLUMNS, "keep", "distinct_low", "distinct_high", "window_s")
         lg_k = {q.name: q.lg_k for q in cfg.queries.distinct}
-        assert all(r["keep"] == 1.0 for r in rows)
+        window = {q.name: q.window_s for q in cfg.queries.distinct}
+        assert all(r["keep"] == 1.0 and r["window_s"] == window[r["query"]] for r in rows)
         for r in rows:
             low, high = hll_interval([r["distinct"]], lg_k[r["query"]])
             assert (r["distinct_low"], r["distinct_high"]) == (low[0], high[0]), r

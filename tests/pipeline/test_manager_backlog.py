@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from analytics.cost_model import DEFAULT_CONSTANTS, CostModel
 from netmon.config import Config
@@ -163,7 +163,7 @@ def test_the_shared_batch_tells_the_manager_the_backlog_in_records(tmp_path: Pat
             return json.dumps(dict(self))
 
     manager = Manager()
-    batch = SharedBatch({}, manager=manager)  # type: ignore[arg-type]
+    batch = SharedBatch({}, manager=cast(Any, manager))
     batch._figures[7] = BatchFigures(packets=4_000, newest_ns=None)
     progress: dict[str, Any] = {
         "batchId": 7,

@@ -389,3 +389,51 @@ def test_measured_state_corrects_the_memory_estimate(tmp_path: Path) -> None:
         want = plan_windows(model, m._cfg, w, m.resources.memory_bound / c).windows
         assert got == {n: x for n, x in want.items() if x < 600.0}
     assert windows[1]["top-sources"] < windows[3]["top-sources"] < windows[4]["top-sources"]
+
+
+def test_distinct_windows_are_reduced_with_the_top_k_ones_and_the_distinct_kind_takes_them(
+    tmp_path: Path,
+) -> None:
+    """Window reduction over a ranged distinct query too (issue 18 item 4): its window in the plan
+    as ``distinct/<name>`` (the manager refuses a top-k and a distinct query of one name, the
+    control file does not); the distinct kind takes its entry at the batch boundary and leaves a
+    top-k entry of the same name alone; back when the load falls."""
+    from analytics.window_plan import plan_windows
+    from netmon.config import DistinctQuery, TopKQuery
+    from pipeline.distinct import SlidingDistinct, chains_of
+
+    ranged = DistinctQuery(name="ddos", window_s=120.0, sub_window_s=1.0, window_range_s=(10.0, 120.0))
+    fixed = TopKQuery(name="top-dst", key="dst_ip", window_s=10.0)  # no range: never reduced
+    cfg = Config().replace(
+        paths={"data_dir": tmp_path / "data"}, queries={"topk": (fixed,), "distinct": (ranged,)}
+    )
+    model = CostModel(DEFAULT_CONSTANTS, 5.0)
+    shared = dataclasses.replace(cfg.pipeline, kinds=SHARED_KINDS)
+
+    def at(rate: float, window: float) -> float:
+        q = dataclasses.replace(ranged, window_s=window)
+        c = dataclasses.replace(cfg, queries=dataclasses.replace(cfg.queries, distinct=(q,)), pipeline=shared)
+        return sum(e.memory_bytes for e in model.estimates(c, Workload(rate_pps=rate)))
+
+    budget = int((at(40_000, 40.0) + at(40_000, 41.0)) / 2)  # 40 s fits, 41 s does not
+    cfg = dataclasses.replace(
+        cfg, resources=dataclasses.replace(cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0)
+    )
+    clock = Clock()
+    m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=clock)
+    windows = []
+    for i, packets in enumerate([1_000, 40_000, 40_000, 1_000, 1_000]):
+        m.decide(i)
+        windows.append(m.windows)
+        clock.t += 1.0
+        m.observe(i, packets, 0.1)
+    assert windows[2] == {"distinct/ddos": 40.0}
+    assert plan_windows(model, m._cfg, Workload(rate_pps=40_000), m.resources.memory_bound).windows == {
+        "distinct/ddos": 40.0
+    }
+    assert windows[0] == windows[1] == {} and windows[4] == {}
+    kind = SlidingDistinct(chains_of([ranged]), tmp_path / "results", tmp_path / "checkpoint", watermark_ms=0)
+    kind.limit_windows({"ddos": 4.0, **windows[2]})  # "ddos": a top-k query's entry
+    assert kind.knobs.decide(0) == {"ddos": 40 * 10**9}
+    kind.limit_windows({"distinct/ddos": 5.0})  # outside the range: left out
+    assert kind.knobs.decide(1) == {"ddos": 120 * 10**9}
