@@ -382,7 +382,8 @@ def format_report(result: dict[str, Any]) -> list[str]:
     measured = result.get("pipeline")
     if measured is not None:
         lines.append(
-            f"pipeline: {measured['batches']} batches fitted, the capture at"
+            f"pipeline ({measured.get('method', 'drains')}): {measured['batches']} batches fitted,"
+            " the capture at"
             f" {measured['rate_pps']:,.0f} packets/s of event time;"
             " per part: fixed s a batch + s a packet (formulas' s a packet)"
         )

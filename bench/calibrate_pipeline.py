@@ -21,6 +21,15 @@ batch but each drain's first (the first batch plans the query). Then per part:
   record, as a ratio, so the formulas still carry how a cost moves with keys, windows and k;
 - ``features_row_s`` = the fitted ``per_packet`` (the alert features have no formula).
 
+**A paced ladder** (``paced``, ``netmon bench calibrate --pipeline --paced 10000,25000,40000``):
+instead of drains, the pipeline runs live at each rate in turn (the producer its own process,
+paced, as ``netmon bench pipeline`` runs it: :func:`bench.pipeline.paced_run`) and the fit is over
+the steady batches of every rate (each run's first :data:`PACED_WARM` batches and last
+:data:`PACED_TAIL` left out), so the batches hold what a trigger of each rate brings. A backlog
+read from Kafka in fixed batches is not a live read of what arrived: stage 1 cost 8.2 µs a
+packet in drains and 4.5 µs in paced runs (docs/performance.md), so the model's ±25 % is judged
+against constants from the condition it estimates.
+
 A departure from the seeds, which calibrate each operator's per-tuple constants alone: the
 overheads around the operators here are larger than the operators (docs/overload.md).
 """
@@ -38,12 +47,24 @@ from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, wo
 from analytics.explain import estimated_parts, part_fits
 from netmon.config import Config
 
-__all__ = ["PARTS", "derive", "measure_batches", "pipeline_constants"]
+__all__ = [
+    "PACED_TAIL",
+    "PACED_WARM",
+    "PARTS",
+    "derive",
+    "measure_batches",
+    "measure_paced",
+    "pipeline_constants",
+]
 
 #: The parts of the shared query's ``sys`` rows, as ``analytics.explain`` names them.
 PARTS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
 #: Messages (of 1,000 records) per batch in each drain: batches of a few sizes for the fit.
 SIZES = (5, 20, 80)
+#: A paced run's first batches (the query's planning, the JIT, the workers' start) and its last
+#: (the drain after the producer stopped: batches of what was left, not of a trigger's input),
+#: left out of the fit.
+PACED_WARM, PACED_TAIL = 3, 2
 
 
 def derive(
@@ -129,6 +150,39 @@ def measure_batches(
     return rows
 
 
+def measure_paced(
+    cfg: Config,
+    spark: Any,
+    rates: tuple[int, ...],
+    seconds: float,
+    work: Path,
+    say: Callable[[str], None] = lambda line: None,
+) -> tuple[list[dict[str, Any]], dict[int, Path]]:
+    """The shared query's steady ``sys`` rows of a paced run of a generated ``baseline`` capture
+    at each of ``rates`` for ``seconds`` (module docstring), and each rate's capture."""
+    from bench.pipeline import paced_run
+    from netmon.results import SHARED_QUERY, read_results, results_dir
+
+    rows: list[dict[str, Any]] = []
+    captures: dict[int, Path] = {}
+    for rate in rates:
+        run = cfg.replace(paths={"data_dir": work / f"data-{rate}"})
+        figures = paced_run(spark, run, "baseline", rate, seconds, work, say)
+        captures[rate] = figures["capture"]
+        table = read_results(results_dir(run, "sys"))
+        mine = sorted(
+            (r for r in (table.to_pylist() if table is not None else []) if r.get("query") == SHARED_QUERY),
+            key=lambda r: r["batch_id"],
+        )
+        steady = mine[PACED_WARM : len(mine) - PACED_TAIL]
+        say(
+            f"  {len(steady)} steady batches of {len(mine)},"
+            f" the producer at {figures['produced_pps']:,} packets/s"
+        )
+        rows += steady
+    return rows, captures
+
+
 def pipeline_constants(
     cfg: Config,
     base: CostConstants,
@@ -136,13 +190,17 @@ def pipeline_constants(
     packets: int = 160_000,
     duration_s: float = 4.0,
     sizes: tuple[int, ...] = SIZES,
+    paced: tuple[int, ...] = (),
+    paced_seconds: float = 20.0,
     spark: Any = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Measure the per-batch and pipeline terms (module docstring) on a temporary broker and
-    ``spark`` (by default a session of ``cfg``'s, built and stopped). Returns ``constants`` (to
-    merge into ``base``), ``fits``, ``notes``, ``rate_pps``, ``batches`` and the formulas' CPU per
-    packet, ``formulas_per_packet_s``."""
+    ``spark`` (by default a session of ``cfg``'s, built and stopped): drains of ``packets`` in
+    batches of ``sizes``, or, with ``paced`` rates, a paced run at each for ``paced_seconds``.
+    Returns ``constants`` (to merge into ``base``), ``fits``, ``notes``, ``rate_pps``, ``batches``,
+    the formulas' CPU per packet, ``formulas_per_packet_s``, and ``method`` (``drains`` or
+    ``paced``)."""
     import dataclasses
 
     import pyarrow as pa
@@ -153,7 +211,11 @@ def pipeline_constants(
     from ingest.generate import generate
     from pipeline.session import build_session
 
-    if packets < 1000 * max(sizes) * 2:
+    if paced and (min(paced) < 1000 or paced_seconds < 5 * (PACED_WARM + PACED_TAIL)):
+        raise ValueError(
+            f"paced: rates of at least 1,000 packets/s for at least {5 * (PACED_WARM + PACED_TAIL)} s each"
+        )
+    if not paced and packets < 1000 * max(sizes) * 2:
         raise ValueError(f"packets: at least {2000 * max(sizes):,} for batches of {max(sizes)} messages")
     work = Path(tempfile.mkdtemp(prefix="netmon-calibrate-pipeline-"))
     try:
@@ -164,19 +226,25 @@ def pipeline_constants(
                 pipeline={"publish_results": False},
                 resources={"manage": False},
             )
-            capture = work / "baseline.pcap"
-            say(f"generating {packets:,} baseline packets over {duration_s:g} s ...")
-            generate(capture, scenario="baseline", packets=packets, duration_s=duration_s, seed=7)
             session = spark or build_session(run, "netmon-calibrate-pipeline", ui=False)
             try:
-                rows = measure_batches(run, session, capture, sizes, say)
+                if paced:
+                    rows, captures = measure_paced(run, session, tuple(paced), paced_seconds, work, say)
+                    # the formulas' workload: the middle rate's capture (each rate's own shape)
+                    rate = float(sorted(paced)[len(paced) // 2])
+                    capture = captures[int(rate)]
+                else:
+                    capture = work / "baseline.pcap"
+                    say(f"generating {packets:,} baseline packets over {duration_s:g} s ...")
+                    generate(capture, scenario="baseline", packets=packets, duration_s=duration_s, seed=7)
+                    rows = measure_batches(run, session, capture, sizes, say)
+                    rate = packets / duration_s  # the capture's event-time rate: what a sub-window holds
             finally:
                 if spark is None:
                     session.stop()
         records = pa.Table.from_batches(list(read_records(capture)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rate = packets / duration_s  # the capture's event-time rate: what a sub-window holds
     # the formulas alone: the micro-benchmark constants, without any pipeline term
     terms = [f for f in dataclasses.fields(CostConstants) if f.name.endswith(("_batch_s", "_factor"))]
     defaults: dict[str, Any] = {f.name: getattr(DEFAULT_CONSTANTS, f.name) for f in terms}
@@ -193,4 +261,5 @@ def pipeline_constants(
         "rate_pps": rate,
         "batches": len(rows),
         "formulas_per_packet_s": {p: v["cpu"] / rate for p, v in formulas.items()},
+        "method": "paced" if paced else "drains",
     }

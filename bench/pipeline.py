@@ -41,7 +41,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bench_pipeline", "format_report", "model_fields", "replay_into_topic", "status_bytes"]
+__all__ = [
+    "bench_pipeline",
+    "format_report",
+    "model_fields",
+    "paced_run",
+    "replay_into_topic",
+    "status_bytes",
+]
 
 
 def _lag(cfg: Any, query: Any) -> int | None:
@@ -348,6 +355,17 @@ def _at_rate(
         else:
             figures["coverage"] = measure_coverage(cfg, offsets, say=say, pipeline=seen)
     return figures
+
+
+def paced_run(
+    spark: Any, cfg: Any, scenario: str, rate: int, seconds: float, work: Path, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """One paced run (the producer its own process at ``rate`` for ``seconds``, the pipeline
+    live), as ``netmon bench pipeline`` makes each of its rates: its figures, and ``capture``,
+    the generated capture it replayed. The pipeline's results stay under ``cfg``'s data
+    directory (``bench calibrate --pipeline --paced`` reads its ``sys`` rows)."""
+    figures = _at_rate(spark, cfg, scenario, rate, seconds, work, say)
+    return {**figures, "capture": work / f"{scenario}-{rate}.pcap"}
 
 
 def _pipeline_counts(pipeline: Any) -> dict[str, Any]:

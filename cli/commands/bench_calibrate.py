@@ -30,12 +30,45 @@ __all__ = ["command"]
     help="Also measure the per-batch and pipeline terms in a running pipeline (a temporary broker"
     " and Spark, about 2 minutes).",
 )
+@click.option(
+    "--paced",
+    metavar="RATES",
+    help="With --pipeline: fit over paced runs at these packets/s (e.g. 10000,25000,40000) instead of"
+    " drains: batches of what a trigger brings, as a live pipeline sees them.",
+)
+@click.option(
+    "--paced-seconds", type=click.FloatRange(min=25), default=30.0, show_default=True, help="Each paced run."
+)
 @click.option("--dry-run", is_flag=True, help="Measure and print, write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 @pass_config
-def command(cfg: Config, scale: float, repeats: int, pipeline: bool, dry_run: bool, as_json: bool) -> None:
+def command(
+    cfg: Config,
+    scale: float,
+    repeats: int,
+    pipeline: bool,
+    paced: str | None,
+    paced_seconds: float,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Measure the cost model's per-operation constants on this machine (about 10 s at --scale 1)."""
     from bench.calibrate import calibrate, format_report
+
+    options: dict[str, object] = {}
+    if paced is not None:
+        try:
+            rates = tuple(int(r) for r in paced.split(",") if r.strip())
+        except ValueError:
+            rates = ()
+        if not pipeline or not rates:
+            click.echo(
+                f"netmon bench calibrate: error: --paced takes --pipeline and rates such as"
+                f" 10000,25000,40000, got {paced!r}",
+                err=True,
+            )
+            sys.exit(2)
+        options = {"paced": rates, "paced_seconds": paced_seconds}
 
     try:
         result = calibrate(
@@ -44,6 +77,7 @@ def command(cfg: Config, scale: float, repeats: int, pipeline: bool, dry_run: bo
             repeats=max(1, repeats),
             write=not dry_run,
             pipeline=pipeline,
+            pipeline_options=options,
             say=lambda s: click.echo(s, err=True),
         )
     except (ValueError, OSError, RuntimeError) as exc:

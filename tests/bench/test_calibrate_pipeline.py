@@ -89,3 +89,42 @@ def test_a_small_calibration_fits_every_part_and_explain_uses_it(spark, tmp_path
     # netmon explain's parts carry the per-batch costs at the configured trigger
     report = explain(cfg, Workload(rate_pps=10_000), stored)
     assert report["overheads"]["stage1"] == pytest.approx(stored.stage1_batch_s / cfg.pipeline.trigger_s)
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_paced_ladder_fits_over_the_steady_batches_of_every_rate(
+    spark, kafka_bootstrap, tmp_path: Path
+) -> None:
+    """``--paced``: the pipeline runs live at each rate (the producer paced in its own process);
+    the rows fitted are each run's steady batches, of what arrived while the one before ran."""
+    from bench.calibrate_pipeline import PACED_TAIL, PACED_WARM, measure_paced
+    from netmon.config import load_config
+    from netmon.results import SHARED_QUERY, read_results, results_dir
+
+    cfg = load_config(None, env={}).replace(
+        paths={"state_dir": tmp_path / "state", "data_dir": tmp_path / "data"},
+        kafka={"bootstrap_servers": kafka_bootstrap, "packets_topic": "netmon.test.paced"},
+        pipeline={"publish_results": False},
+        resources={"manage": False},
+    )
+    rates = (2_000, 6_000)
+    rows, captures = measure_paced(cfg, spark, rates, 25.0, tmp_path)
+    assert set(captures) == set(rates) and all(p.exists() for p in captures.values())
+    per_rate = []
+    for rate in rates:
+        run = cfg.replace(paths={"data_dir": tmp_path / f"data-{rate}"})
+        table = read_results(results_dir(run, "sys"))
+        assert table is not None
+        mine = sorted(
+            (r for r in table.to_pylist() if r["query"] == SHARED_QUERY), key=lambda r: r["batch_id"]
+        )
+        steady = mine[PACED_WARM : len(mine) - PACED_TAIL]
+        assert steady, len(mine)
+        per_rate.append(steady)
+    assert rows == per_rate[0] + per_rate[1]  # each run's steady batches, in order, nothing else
+    # the batches hold what arrived in a batch's time: the higher rate's are larger (not a drain's
+    # fixed size; how large depends on how long batches take on the machine)
+    medians = [float(np.median([r["packets"] for r in steady])) for steady in per_rate]
+    assert medians[1] > medians[0], medians
+    assert set(part_fits(rows)) >= {"stage1", "traffic", "topk", "distinct"}
