@@ -49,6 +49,7 @@ Debian's ``chromium`` package: ``scripts/system-deps.sh``), never a browser of i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -74,6 +75,7 @@ __all__ = [
     "render_times",
     "render_times_at",
     "serve",
+    "settle",
 ]
 
 #: The predicate, run in the page, that says it is drawn (see the module's doc).
@@ -169,8 +171,11 @@ class PageRender:
     #: the sidebar's time range in force when drawn (its radio's choice)
     range: str = ""
     #: page switches only: the seconds of the first, unmeasured visit of the session (the
-    #: process's caches cold for that page's range), or None
+    #: process's caches cold for that page's range, unless its warm-up has read it), or None
     first_s: float | None = None
+    #: the seconds the server took to settle before the first page was opened (:func:`settle`:
+    #: its warm-up's first pass), or None when not waited for
+    settled_s: float | None = None
 
     @property
     def median_s(self) -> float:
@@ -199,6 +204,40 @@ def _free_port() -> int:
 def serve(data_dir: Path, state_dir: Path, log_file: Path, *, timeout_s: float = 60.0) -> Iterator[str]:
     """The dashboard over ``data_dir`` and ``state_dir`` on a free port of 127.0.0.1, until the
     block ends; yields its URL."""
+    with _serve(data_dir, state_dir, log_file, timeout_s=timeout_s) as (url, _proc):
+        yield url
+
+
+def _cpu_s(pid: int) -> float | None:
+    """The CPU seconds (user and system, every thread) process ``pid`` has used (None: gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, *, idle_s: float = 2.0, busy_below: float = 0.05, timeout_s: float = 180.0) -> float:
+    """Wait until process ``pid`` (the dashboard's server) is idle: less than ``busy_below`` of a
+    core over ``idle_s``, as once its warm-up's first pass is over (``dashboard.warmup``); the
+    seconds waited (``timeout_s`` at most: then it returns anyway). A dashboard that has been
+    serving is so when a user arrives."""
+    began = time.perf_counter()
+    last = _cpu_s(pid)
+    while time.perf_counter() - began < timeout_s:
+        time.sleep(idle_s)
+        now = _cpu_s(pid)
+        if now is None or last is None or now - last < busy_below * idle_s:
+            break
+        last = now
+    return time.perf_counter() - began - idle_s
+
+
+@contextlib.contextmanager
+def _serve(
+    data_dir: Path, state_dir: Path, log_file: Path, *, timeout_s: float = 60.0
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`serve`, yielding the server's process too."""
     cfg = Config().replace(paths={"data_dir": Path(data_dir), "state_dir": Path(state_dir)})
     port = _free_port()
     proc = start_background(cfg, log_file, host="127.0.0.1", port=port)
@@ -208,7 +247,7 @@ def serve(data_dir: Path, state_dir: Path, log_file: Path, *, timeout_s: float =
             raise RuntimeError(
                 f"the dashboard did not answer on {url} within {timeout_s:g} s (log: {log_file})"
             )
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -235,13 +274,17 @@ def render_times(
     """Open every page of the dashboard over ``data_dir`` in Chromium, ``rounds`` times (each
     round every page in the app's order); how long each took.
 
-    ``warmup``: first open the default page once, unmeasured, so the Streamlit process has
-    imported the pages' libraries (pandas, Plotly) as a dashboard that has been serving has.
-    A page not drawn within ``timeout_s`` raises Playwright's ``TimeoutError``. Raises
-    ``RuntimeError`` when there is no Chromium.
+    ``warmup``: first wait for the server to be idle (:func:`settle`: the dashboard's own
+    warm-up, ``dashboard.warmup``, has read the last 24 h; :attr:`PageRender.settled_s`) and
+    open the default page once, unmeasured, so the Streamlit process has imported the pages'
+    libraries (pandas, Plotly) as a dashboard that has been serving has. A page not drawn within
+    ``timeout_s`` raises Playwright's ``TimeoutError``. Raises ``RuntimeError`` when there is no
+    Chromium.
     """
-    with serve(data_dir, state_dir, log_file) as url:
-        return render_times_at(url, rounds=rounds, timeout_s=timeout_s, warmup=warmup)
+    with _serve(data_dir, state_dir, log_file) as (url, proc):
+        settled = settle(proc.pid) if warmup else None
+        found = render_times_at(url, rounds=rounds, timeout_s=timeout_s, warmup=warmup)
+        return [dataclasses.replace(r, settled_s=settled) for r in found]
 
 
 def render_times_at(
@@ -310,9 +353,14 @@ def navigate_times(
     the range's files once. The measured rounds visit the pages in the app's order, each a switch
     from the one before (the first from the last page). Raises ``RuntimeError`` when there is no
     Chromium or a page with a range picker shows another range than ``time_range``.
+
+    The server is first left to settle (:func:`settle`: its warm-up, ``dashboard.warmup``, has
+    read the last 24 h; :attr:`PageRender.settled_s`), as a dashboard that has been serving.
     """
-    with serve(data_dir, state_dir, log_file) as url:
-        return navigate_times_at(url, rounds=rounds, time_range=time_range, timeout_s=timeout_s)
+    with _serve(data_dir, state_dir, log_file) as (url, proc):
+        settled = settle(proc.pid)
+        found = navigate_times_at(url, rounds=rounds, time_range=time_range, timeout_s=timeout_s)
+        return [dataclasses.replace(r, settled_s=settled) for r in found]
 
 
 def navigate_times_at(

@@ -7,7 +7,8 @@ outbox with SQLite), never Spark. Results reads are bounded to the page's time r
 picker, ``time_range``, one for every page): ``bounded`` opens only the files whose rows can lie
 in it. A long series is cut to a bounded number of points per line (``buckets``) and drawn as a
 Plotly figure built directly (``charts``). ``server`` starts Streamlit for ``netmon dashboard`` and
-``netmon demo``.
+``netmon demo``, with ``warmup``, which reads the last 24 h of every kind into the process's caches
+before a user asks for them.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).
@@ -29,4 +30,5 @@ __all__ = [
     "data_topk",
     "server",
     "time_range",
+    "warmup",
 ]

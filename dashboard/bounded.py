@@ -48,7 +48,8 @@ compaction bounds its hours by (the first of ``pipeline.publish.TIME_COLUMNS`` i
 they differ for ``shedding`` only.
 
 A file's rows are read once per version of it and kept (:class:`Rows`, beside the footers in
-:class:`Footers`; by path, size and modification time, at most 512 MB of them): the pages' reads
+:class:`Footers`; by path, size and modification time, at most 512 MB of them, counted as the
+memory they hold: :func:`table_cost`): the pages' reads
 expire every few seconds (``dashboard.data.cached``) and a relative range moves with the newest
 row, so without them every redraw read the whole range's files again (the last 24 h of
 one-minute batches: 1,440 files a kind, 1–5 s a read on a loaded machine); with them a redraw
@@ -91,14 +92,17 @@ if TYPE_CHECKING:
     from netmon.config import Config
 
 __all__ = [
+    "COLUMN_OVERHEAD_BYTES",
     "COMPACTION_COLUMNS",
     "TIME_COLUMNS",
     "Footers",
     "Rows",
     "batch_disorder_s",
+    "footers",
     "newest",
     "read_range",
     "sinks",
+    "table_cost",
 ]
 
 #: Each kind's time column, the one its pages' ranges are in: event time, except ``shedding`` and
@@ -193,6 +197,47 @@ def _footer_bounds(path: Path, column: str) -> Bounds | None:
         return found
 
 
+#: What a cached table costs beyond its Arrow buffers (``pa.Table.nbytes``), per column chunk:
+#: the C++ objects of each column (array, its data, buffers' handles, field), allocated outside
+#: Arrow's memory pool. Measured with pyarrow 26 over a day of per-minute results: a one-row
+#: ``sys`` file (36 columns, 320 bytes of buffers) took 47 KB of the process's memory once read
+#: and kept, a 98-row top-k file (7 columns, 6 KB of buffers) 17 KB: 1.2-1.5 KB a column.
+COLUMN_OVERHEAD_BYTES = 1536
+
+
+def table_cost(table: pa.Table) -> int:
+    """The memory a kept table holds, as :class:`Rows` counts it against its bound: its Arrow
+    buffers and :data:`COLUMN_OVERHEAD_BYTES` per column chunk (which, for the small per-batch
+    files, is most of it: ``nbytes`` alone said 20 MB where the process held 330 MB).
+
+    >>> t = pa.table({"a": [1, 2], "b": ["x", "y"]})
+    >>> table_cost(t) == t.nbytes + 2 * COLUMN_OVERHEAD_BYTES
+    True
+    """
+    chunks = sum(max(1, column.num_chunks) for column in table.columns)
+    return int(table.nbytes) + COLUMN_OVERHEAD_BYTES * chunks
+
+
+class _Flights:
+    """Single flight: the first thread to ask for a key loads it, the others asking meanwhile wait
+    for it and then look in the cache again (the dashboard's warm-up, ``dashboard.warmup``, and a
+    page may ask for the same file at once: it is read once). Used under the owner's lock."""
+
+    def __init__(self) -> None:
+        self._loading: dict[object, threading.Event] = {}
+
+    def claim(self, key: object) -> threading.Event | None:
+        """None: this thread loads ``key`` (it must :meth:`release` it); else the event to wait
+        for (another thread is loading it)."""
+        if key in self._loading:
+            return self._loading[key]
+        self._loading[key] = threading.Event()
+        return None
+
+    def release(self, key: object) -> None:
+        self._loading.pop(key).set()
+
+
 class Rows:
     """Each committed file's rows (the columns asked), cached by path, columns, size and
     modification time, so a redraw after a cache expiry reads only the files written since: a
@@ -201,51 +246,71 @@ class Rows:
     (compacted or expired) is never served from here, since every lookup first stats the
     path and the readers only ask for the files a commit, manifest or Spark log names now.
 
-    At most ``max_bytes`` of Arrow buffers (``pa.Table.nbytes``), least recently used out first:
-    a range larger than that reads its oldest files again each time. Thread-safe: the sessions
-    share it."""
+    At most ``max_bytes`` of memory (:func:`table_cost`: the Arrow buffers and each column's
+    objects), least recently used out first: a range larger than that reads its oldest files
+    again each time. Thread-safe: the sessions and the warm-up share it, and a file asked for by
+    two threads at once is read once (the second waits for the first)."""
 
     def __init__(self, max_bytes: int = 512 << 20) -> None:
         self.max_bytes = max_bytes
-        self._tables: OrderedDict[tuple[str, tuple[str, ...] | None], tuple[tuple[int, int], pa.Table]] = (
-            OrderedDict()
-        )
+        self._tables: OrderedDict[
+            tuple[str, tuple[str, ...] | None], tuple[tuple[int, int], pa.Table, int]
+        ] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._flights = _Flights()
         #: files whose rows were read (not from the cache)
         self.read = 0
+        #: tables dropped to stay within ``max_bytes``
+        self.evicted = 0
+
+    @property
+    def bytes(self) -> int:
+        """The memory the kept tables hold (:func:`table_cost`), at most ``max_bytes``."""
+        return self._bytes
 
     def table(self, path: Path, columns: tuple[str, ...] | None) -> pa.Table:
         """``path``'s rows (``columns`` only; None: all); raises ``FileNotFoundError`` when it is
         gone."""
         st = os.stat(path)
         key, version = (str(path), columns), (st.st_size, st.st_mtime_ns)
-        with self._lock:
-            hit = self._tables.get(key)
-            if hit is not None and hit[0] == version:
-                self._tables.move_to_end(key)
-                return hit[1]
-        # Read after the stat: a file replaced in between is stored under the older version, which
-        # no later stat matches, so it is read again rather than served stale.
-        with pq.ParquetFile(path) as parquet:
-            table = parquet.read(columns=None if columns is None else list(columns))
-        with self._lock:
-            self.read += 1
-            old = self._tables.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1].nbytes
-            self._tables[key] = (version, table)
-            self._bytes += table.nbytes
-            while self._bytes > self.max_bytes and self._tables:
-                _, (_, dropped) = self._tables.popitem(last=False)
-                self._bytes -= dropped.nbytes
+        while True:
+            with self._lock:
+                hit = self._tables.get(key)
+                if hit is not None and hit[0] == version:
+                    self._tables.move_to_end(key)
+                    return hit[1]
+                waiting = self._flights.claim((key, version))
+            if waiting is None:
+                break
+            waiting.wait()  # being read by another thread: then from the cache (or read here)
+        try:
+            # Read after the stat: a file replaced in between is stored under the older version,
+            # which no later stat matches, so it is read again rather than served stale.
+            with pq.ParquetFile(path) as parquet:
+                table = parquet.read(columns=None if columns is None else list(columns))
+            cost = table_cost(table)
+            with self._lock:
+                self.read += 1
+                old = self._tables.pop(key, None)
+                if old is not None:
+                    self._bytes -= old[2]
+                self._tables[key] = (version, table, cost)
+                self._bytes += cost
+                while self._bytes > self.max_bytes and self._tables:
+                    _, (_, _, dropped) = self._tables.popitem(last=False)
+                    self._bytes -= dropped
+                    self.evicted += 1
+        finally:
+            with self._lock:
+                self._flights.release((key, version))
         return table
 
     def forget(self, path: Path) -> None:
         """Drop ``path``'s rows (it is gone: no use keeping them)."""
         with self._lock:
             for key in [k for k in self._tables if k[0] == str(path)]:
-                self._bytes -= self._tables.pop(key)[1].nbytes
+                self._bytes -= self._tables.pop(key)[2]
 
 
 class Footers:
@@ -258,30 +323,46 @@ class Footers:
         self.max_entries = max_entries
         self._bounds: OrderedDict[tuple[str, str], tuple[tuple[int, int], Bounds | None]] = OrderedDict()
         self._lock = threading.Lock()
+        self._flights = _Flights()
         #: footers read (not from the cache)
         self.opened = 0
         #: the files' rows, read once per version of a file
         self.rows = Rows(max_row_bytes)
 
     def bounds(self, path: Path, column: str) -> Bounds | None:
-        """The bounds of ``path``'s rows; raises ``FileNotFoundError`` when it is gone."""
+        """The bounds of ``path``'s rows; raises ``FileNotFoundError`` when it is gone. A footer
+        asked for by two threads at once is opened once."""
         st = os.stat(path)
         key, version = (str(path), column), (st.st_size, st.st_mtime_ns)
-        with self._lock:
-            hit = self._bounds.get(key)
-            if hit is not None and hit[0] == version:
-                self._bounds.move_to_end(key)
-                return hit[1]
-        found = _footer_bounds(path, column)
-        with self._lock:
-            self.opened += 1
-            self._bounds[key] = (version, found)
-            while len(self._bounds) > self.max_entries:
-                self._bounds.popitem(last=False)
+        while True:
+            with self._lock:
+                hit = self._bounds.get(key)
+                if hit is not None and hit[0] == version:
+                    self._bounds.move_to_end(key)
+                    return hit[1]
+                waiting = self._flights.claim((key, version))
+            if waiting is None:
+                break
+            waiting.wait()
+        try:
+            found = _footer_bounds(path, column)
+            with self._lock:
+                self.opened += 1
+                self._bounds[key] = (version, found)
+                while len(self._bounds) > self.max_entries:
+                    self._bounds.popitem(last=False)
+        finally:
+            with self._lock:
+                self._flights.release((key, version))
         return found
 
 
 _FOOTERS = Footers()
+
+
+def footers() -> Footers:
+    """The process's footers and rows, shared by every page's read and the warm-up."""
+    return _FOOTERS
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dashboard.data import cached, read_range
 
 __all__ = [
     "EVAL_DIR",
+    "JOIN_COLUMNS",
     "half_open",
     "handshake_rtts",
     "join_results",
@@ -35,7 +36,8 @@ __all__ = [
 #: Where ``netmon eval shedding`` writes its tables (in the repository).
 EVAL_DIR = Path(__file__).resolve().parents[1] / "docs" / "eval" / "shedding"
 
-_JOIN_COLUMNS = [
+#: The joins' columns the pages read (``join_results``; the warm-up reads the same).
+JOIN_COLUMNS = [
     "query",
     "kind",
     "row",
@@ -56,9 +58,9 @@ def join_results(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.Data
     in ``[start, end]`` (the columns the pages use; only the files whose Parquet statistics
     overlap the range are read: ``dashboard.bounded``, its search over the batches allowing for
     their disorder, ``bounded.batch_disorder_s``), oldest result first."""
-    df = read_range(data_dir, "joins", start, end, _JOIN_COLUMNS)
+    df = read_range(data_dir, "joins", start, end, JOIN_COLUMNS)
     if df is None:
-        return pd.DataFrame({c: [] for c in _JOIN_COLUMNS})
+        return pd.DataFrame({c: [] for c in JOIN_COLUMNS})
     return df.sort_values(["query", "left_ts"], kind="stable").reset_index(drop=True)
 
 

@@ -7,7 +7,9 @@ query, so a read is bounded to the selected time range (:func:`read_recent`,
 ``netmon.results_range.read_rows``): the commits are named by batch id and written in batch
 order, after their batch's trigger, so a binary search on their modification times finds the
 first one the range can hold, and only the commits from there on are read (each once per
-dashboard process: a ``netmon.results_range.CommitRows`` keeps the rows of the commits read).
+dashboard process: a ``netmon.results_range.CommitRows`` keeps the rows of the commits read,
+:func:`commits`; the dashboard's warm-up, ``dashboard.warmup``, fills it with the last 24 h when
+the server starts).
 
 Results maintenance (``pipeline.retention``, ``[retention] compact_after_s``) rewrites a query's
 older batches as one file per hour of batch time and removes their commits. A read also takes the
@@ -42,6 +44,7 @@ __all__ = [
     "RANGES",
     "SLACK_S",
     "budgets",
+    "commits",
     "constants",
     "knobs_over_time",
     "read_between",
@@ -107,6 +110,11 @@ COLUMNS = [
 #: the cache of the commits' rows (``netmon.results_range.CommitRows``), as the tests name it
 _Rows = CommitRows
 _ROWS = CommitRows()
+
+
+def commits() -> CommitRows:
+    """The process's cache of the ``sys`` commits' rows, shared by the pages and the warm-up."""
+    return _ROWS
 
 
 def _newest(queries: list[Path], cache: CommitRows) -> dt.datetime | None:

@@ -1,29 +1,40 @@
-"""Starting the Streamlit server for the dashboard, in the foreground or as a child process."""
+"""Starting the Streamlit server for the dashboard, in the foreground or as a child process.
+
+The child runs :func:`main`: it starts the warm-up (``dashboard.warmup``: the last 24 h of every
+kind read into the process's caches before a user asks) and then Streamlit's own command line,
+``streamlit run dashboard/app.py``, in the same process, whose caches the pages then find warm.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 from netmon.config import Config
 
-__all__ = ["APP", "run_foreground", "start_background", "wait_healthy"]
+__all__ = ["APP", "main", "run_foreground", "start_background", "wait_healthy"]
 
 APP = Path(__file__).with_name("app.py")
+#: The child's program: this package importable (as ``app.py`` makes it for the pages), then
+#: :func:`main` with Streamlit's arguments.
+_BOOT = f"import sys; sys.path.insert(0, {str(APP.parents[1])!r}); from dashboard.server import main; main()"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _command(cfg: Config, host: str | None, port: int | None) -> list[str]:
     return [
         sys.executable,
-        "-m",
+        "-c",
+        _BOOT,
         "streamlit",
         "run",
         str(APP),
@@ -33,6 +44,43 @@ def _command(cfg: Config, host: str | None, port: int | None) -> list[str]:
         "--browser.gatherUsageStats=false",
         "--global.developmentMode=false",
     ]
+
+
+def main() -> None:
+    """The dashboard's process: the warm-up started (:func:`_start_warm_up`), then Streamlit's
+    command line from ``sys.argv[1:]`` (``streamlit run app.py ...``, as :func:`_command` gives
+    it). The configuration is the environment's, as the app's (``NETMON_CONFIG``,
+    ``NETMON_DATA_DIR``: :func:`_env`)."""
+    from streamlit.web import cli
+
+    _start_warm_up()
+    sys.argv = sys.argv[1:]
+    cli.main(prog_name="streamlit")
+
+
+def _start_warm_up(wait_s: float = 120.0) -> threading.Thread:
+    """A daemon thread that waits for Streamlit's runtime to exist (the pages' modules are
+    imported after it, as under ``streamlit run``: their ``st.cache_data`` then find its caches)
+    and starts the warm-up (``dashboard.warmup``); a failure is logged, the dashboard runs
+    without it."""
+
+    def run() -> None:
+        try:
+            from streamlit import runtime
+
+            deadline = time.monotonic() + wait_s
+            while not runtime.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            from dashboard import warmup
+            from netmon.config import load_config
+
+            warmup.start(load_config())
+        except Exception as exc:
+            logging.getLogger(__name__).warning("dashboard warm-up not started: %s", exc)
+
+    thread = threading.Thread(target=run, name="netmon-dashboard-warmup-start", daemon=True)
+    thread.start()
+    return thread
 
 
 def _env(cfg: Config) -> dict[str, str]:

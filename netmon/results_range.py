@@ -130,7 +130,12 @@ def _commit_rows(sink: Path, batch_id: int) -> list[dict[str, Any]]:
     manifest read after it covers it)."""
     try:
         names = json.loads((sink / COMMITS / f"{batch_id}.json").read_text())["files"]
-        tables = [pq.read_table(sink / name) for name in names]
+        tables = []
+        for name in names:
+            # a file's own reader: ``pq.read_table``'s dataset machinery costs twice as much a
+            # small file (a one-row ``sys`` file: 2.2 ms of 3.4 ms), and a day is 86,400 of them
+            with pq.ParquetFile(sink / name) as parquet:
+                tables.append(parquet.read())
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return []
     return [row for table in tables for row in table.to_pylist()]

@@ -87,6 +87,9 @@ def command(size: str, rounds: int, where: Path | None, budget: float, mode: str
 def _report(heading: str, renders: list[PageRender], budget: float) -> list[str]:
     """Print one measure's table (each page against ``budget``); the pages over it."""
     click.echo(f"{heading}, budget {budget:g} s:")
+    settled = next((r.settled_s for r in renders if r.settled_s is not None), None)
+    if settled is not None:
+        click.echo(f"(the server settled {settled:.1f} s after it answered: its warm-up's first pass)")
     click.echo(f"{'page':<16} {'median s':>8}  {'load':>5} {'script':>6} {'draw':>5}  {'first':>5}  each")
     for r in renders:
         each = " ".join(f"{s:.2f}" for s in r.seconds)

@@ -140,11 +140,13 @@ def test_the_kept_rows_are_bounded_by_their_size(tmp_path: Path) -> None:
     directory = tmp_path / "traffic"
     for b in range(20):
         _commit(directory, b, _traffic_batch(b))
-    one = bounded.Footers().rows.table(next(iter(result_files(directory))), None).nbytes
+    # counted as the memory a table holds: its buffers and each column's objects
+    one = bounded.table_cost(bounded.Footers().rows.table(next(iter(result_files(directory))), None))
     footers = bounded.Footers(max_row_bytes=5 * one)
     start, end = T0, T0 + dt.timedelta(hours=1)
     assert _read(directory, "traffic", start, end, footers) == _oracle(directory, "window_end", start, end)
-    assert footers.rows._bytes <= 5 * one and len(footers.rows._tables) == 5
+    assert footers.rows.bytes <= 5 * one and len(footers.rows._tables) == 5
+    assert footers.rows.evicted == 15
     # the newest five files are kept: reading the last 5 minutes opens none
     read = footers.rows.read
     newest = T0 + (STEP_S * 19 + 10) * S
