@@ -22,6 +22,7 @@ __all__ = [
     "pipeline",
     "scaling",
     "soak",
+    "soak_up",
     "spark_baseline",
     "topk",
 ]

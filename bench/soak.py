@@ -52,13 +52,18 @@ from bench.pipeline import _SPAWN, _lag, _lag_growth, _produce, status_bytes
 __all__ = [
     "FLOORS",
     "SoakSettings",
+    "data_disk",
+    "descendants",
     "disk_bytes",
     "format_report",
     "format_sample",
+    "human",
+    "open_fds",
     "second_half_growth",
     "soak",
     "summarize",
     "take_sample",
+    "unit_of",
     "verdict",
 ]
 
@@ -66,8 +71,9 @@ __all__ = [
 #: (read-only: a broker takes it from ``server.properties`` at its start)
 KAFKA_RETENTION_CHECK_MS = 300_000
 #: growth per 10 minutes below which a series is flat whatever its size, by unit
-#: (``lag`` is set per run: two triggers' worth of messages)
-FLOORS: dict[str, float] = {"bytes": float(1 << 20), "count": 2.0}
+#: (``lag`` is set per run: two triggers' worth of messages; ``seconds``: a page's render time in a
+#: browser, on a shared machine)
+FLOORS: dict[str, float] = {"bytes": float(1 << 20), "count": 2.0, "seconds": 0.5}
 _MB = 1e6
 
 
@@ -146,7 +152,8 @@ def disk_bytes(path: Path) -> int:
     return total
 
 
-def _fds(pid: int | None) -> int | None:
+def open_fds(pid: int | None) -> int | None:
+    """Open file descriptors of ``pid`` (None: no pid, or gone)."""
     if pid is None:
         return None
     try:
@@ -155,7 +162,7 @@ def _fds(pid: int | None) -> int | None:
         return None
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (children, their children, ...), from ``/proc/<pid>/stat``."""
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -203,17 +210,17 @@ class _Where:
     broker_pid: int | None
 
 
-def _data_disk(where: _Where) -> dict[str, int]:
+def data_disk(data_dir: Path, kinds: Sequence[str]) -> dict[str, int]:
     """The data directory by part: ``results/<kind>``, ``checkpoints``, ``control``, the rest
     (``data other``: ``status/``, the lock, the directories themselves) and the whole (their sum:
     each part walked once, so the whole is what ``du -s`` of the directory says when it is still)."""
-    results = where.data_dir / "results"
-    parts = {f"results/{kind}": results / kind for kind in where.kinds}
-    parts |= {"checkpoints": where.data_dir / "checkpoints", "control": where.data_dir / "control"}
+    results = data_dir / "results"
+    parts = {f"results/{kind}": results / kind for kind in kinds}
+    parts |= {"checkpoints": data_dir / "checkpoints", "control": data_dir / "control"}
     out = {name: disk_bytes(path) for name, path in parts.items()}
     taken = set(parts.values())
     other = 0
-    for directory in (where.data_dir, results):
+    for directory in (data_dir, results):
         try:
             st = os.lstat(directory)
             entries = [Path(e.path) for e in os.scandir(directory)]
@@ -228,38 +235,49 @@ def _data_disk(where: _Where) -> dict[str, int]:
 
 def take_sample(where: _Where, elapsed_s: float, lag: int | None) -> dict[str, Any]:
     """One sample: elapsed seconds, disk bytes, resident bytes, descriptors, lag and load."""
-    sample: dict[str, Any] = {"t": round(elapsed_s, 1), **_data_disk(where)}
+    sample: dict[str, Any] = {"t": round(elapsed_s, 1), **data_disk(where.data_dir, where.kinds)}
     sample["kafka log dir"] = disk_bytes(where.kafka_dir)
     if where.spark_dirs:
         sample["spark local dirs"] = sum(disk_bytes(d) for d in where.spark_dirs)
-    workers = _descendants(where.jvm_pid) if where.jvm_pid is not None else []
+    workers = descendants(where.jvm_pid) if where.jvm_pid is not None else []
     sample |= {
         "rss driver": status_bytes(os.getpid()),
         "rss spark jvm": status_bytes(where.jvm_pid),
         "rss spark workers": sum(status_bytes(p) or 0 for p in workers) if workers else None,
         "rss broker": status_bytes(where.broker_pid),
-        "fds driver": _fds(os.getpid()),
-        "fds spark jvm": _fds(where.jvm_pid),
+        "fds driver": open_fds(os.getpid()),
+        "fds spark jvm": open_fds(where.jvm_pid),
         "lag": lag,
         "load 1m": round(os.getloadavg()[0], 2),
     }
     return sample
 
 
-def _unit(series: str) -> str:
-    if series.startswith("fds"):
+def unit_of(series: str) -> str:
+    """The unit of a series, by its name: ``count`` (``fds ...``, ``restarts``), ``messages``
+    (``lag``), ``load`` (``load ...``), ``seconds`` (a page's render time: ``tab ...``, ``switch
+    ...``), ``packets`` (``packets ...``: a total, for reading, with no verdict), else ``bytes``.
+
+    >>> [unit_of(n) for n in ("fds driver", "lag", "load 1m", "tab Traffic", "packets decoded", "rss")]
+    ['count', 'messages', 'load', 'seconds', 'packets', 'bytes']
+    """
+    if series.startswith("fds") or series == "restarts":
         return "count"
     if series == "lag":
         return "messages"
     if series.startswith("load"):
         return "load"
+    if series.startswith(("tab ", "switch ")):
+        return "seconds"
+    if series.startswith("packets"):
+        return "packets"
     return "bytes"
 
 
 # -- the verdict -----------------------------------------------------------------------------------
 
 
-def second_half_growth(samples: Sequence[tuple[float, int]]) -> float | None:
+def second_half_growth(samples: Sequence[tuple[float, float]]) -> float | None:
     """Growth per minute of a series ((elapsed s, value) pairs, in time order) over the second half
     of its time span, by a least-squares line (:func:`bench.pipeline._lag_growth`); None with
     fewer than three samples there."""
@@ -267,7 +285,7 @@ def second_half_growth(samples: Sequence[tuple[float, int]]) -> float | None:
         return None
     middle = (samples[0][0] + samples[-1][0]) / 2
     tail = [(t, v) for t, v in samples if t >= middle]
-    grown = _lag_growth(list(tail))
+    grown = _lag_growth(list(tail))  # type: ignore[arg-type]  # floats fit it as well
     span = tail[-1][0] - tail[0][0] if tail else 0.0
     if grown is None or span <= 0:
         return None
@@ -297,28 +315,45 @@ def _series(samples: list[dict[str, Any]]) -> list[str]:
     return names
 
 
-def summarize(samples: list[dict[str, Any]], settings: SoakSettings, lag_floor: float) -> dict[str, Any]:
-    """Per series: its unit, value at the end, growth per minute over the second half, that growth
-    per 10 minutes as a % of the end value, the verdict (none for the load average), and for
-    reading beside it the growth per minute over the last quarter (the second half of the second
-    half: where a series that settled during the second half shows it)."""
+def summarize(
+    samples: list[dict[str, Any]],
+    *,
+    threshold_pct: float = 1.0,
+    lag_floor: float = 0.0,
+    floors: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Per series (every key of the samples but ``t``): its unit (:func:`unit_of`), values at the
+    start, the middle (the sample nearest the middle of the time span) and the end, growth per
+    minute over the second half, that growth per 10 minutes as a % of the end value, the verdict
+    (:func:`verdict` with ``threshold_pct`` and the unit's floor: ``floors`` over :data:`FLOORS`,
+    ``lag_floor`` for messages; none for the load average and packet totals), and for reading
+    beside it the growth per minute over the last quarter (the second half of the second half:
+    where a series that settled during the second half shows it)."""
+    floor_of = {**FLOORS, **(floors or {}), "messages": lag_floor}
     out: dict[str, Any] = {}
     for name in _series(samples):
-        unit = _unit(name)
-        present = [s for s in samples if s.get(name) is not None]
+        unit = unit_of(name)
+        present = [s for s in samples if isinstance(s.get(name), int | float)]
         if not present:
             continue
-        entry: dict[str, Any] = {"unit": unit, "end": present[-1][name]}
-        if unit != "load":
-            points = [(float(s["t"]), int(s[name])) for s in present]
+        middle_t = (float(present[0]["t"]) + float(present[-1]["t"])) / 2
+        mid = min(present, key=lambda s: abs(float(s["t"]) - middle_t))
+        entry: dict[str, Any] = {
+            "unit": unit,
+            "start": present[0][name],
+            "mid": mid[name],
+            "end": present[-1][name],
+        }
+        if unit not in ("load", "packets"):
+            points = [(float(s["t"]), float(s[name])) for s in present]
             end = points[-1][1]
             growth = second_half_growth(points)
             entry["growth_per_min"] = None if growth is None else round(growth, 1)
             entry["pct_per_10min"] = (
                 None if growth is None or not end else round(1000.0 * growth / abs(end), 2)
             )
-            floor = lag_floor if unit == "messages" else FLOORS[unit]
-            entry["verdict"] = verdict(growth, end, threshold_pct=settings.threshold_pct, floor=floor)
+            floor = floor_of.get(unit, 0.0)
+            entry["verdict"] = verdict(growth, end, threshold_pct=threshold_pct, floor=floor)
             middle = (points[0][0] + points[-1][0]) / 2
             late = second_half_growth([p for p in points if p[0] >= middle])
             entry["last_quarter_per_min"] = None if late is None else round(late, 1)
@@ -438,13 +473,13 @@ def soak(
             finally:
                 if own:
                     session.stop()
-        where = _Where(Path(cfg.paths.data_dir), kinds, broker.data_dir, (), None, None)
-        out["end_disk"] = {**_data_disk(where), "kafka log dir": disk_bytes(broker.data_dir)}
+        data = Path(cfg.paths.data_dir)
+        out["end_disk"] = {**data_disk(data, kinds), "kafka log dir": disk_bytes(broker.data_dir)}
         out["dirs"] = {"data": str(cfg.paths.data_dir), "kafka log dir": str(broker.data_dir)}
         per_message = ReplayOptions().records_per_message
         lag_floor = 2 * settings.pps * cfg.pipeline.trigger_s / per_message
         out["lag_floor"] = lag_floor
-        out["series"] = summarize(out["samples"], settings, lag_floor)
+        out["series"] = summarize(out["samples"], threshold_pct=settings.threshold_pct, lag_floor=lag_floor)
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -573,7 +608,13 @@ def _drain(results: Any, into: list[dict[str, Any]], wait_s: float = 0.0) -> Non
 # -- printing ----------------------------------------------------------------------------------------
 
 
-def _human(value: float | None, unit: str) -> str:
+def human(value: float | None, unit: str) -> str:
+    """``value`` for reading: bytes as kB, MB or GB; seconds with two decimals; counts with
+    thousands separators.
+
+    >>> human(1_234_567, "bytes"), human(2.346, "seconds"), human(12345, "count"), human(None, "bytes")
+    ('1.2 MB', '2.35 s', '12,345', '-')
+    """
     if value is None:
         return "-"
     if unit == "bytes":
@@ -583,6 +624,8 @@ def _human(value: float | None, unit: str) -> str:
         return text.removeprefix("-") if text in ("-0 kB", "-0.0 MB") else text
     if unit == "load":
         return f"{value:g}"
+    if unit == "seconds":
+        return f"{value:,.2f} s"
     return f"{value:,.0f}"
 
 
@@ -628,13 +671,13 @@ def format_report(result: dict[str, Any]) -> list[str]:
     ]
 
     def shown(value: float | None, unit: str) -> str:
-        return "-" if value is None else (_human(value, unit) if unit == "bytes" else f"{value:,.1f}")
+        return "-" if value is None else (human(value, unit) if unit == "bytes" else f"{value:,.1f}")
 
     for name, e in result["series"].items():
         unit = e["unit"]
         pct = e.get("pct_per_10min")
         lines.append(
-            f"{name:<20} {_human(e['end'], unit):>10} {shown(e.get('growth_per_min'), unit):>22} "
+            f"{name:<20} {human(e['end'], unit):>10} {shown(e.get('growth_per_min'), unit):>22} "
             f"{'-' if pct is None else f'{pct:.2f}':>9}  {e.get('verdict', ''):<9} "
             f"{shown(e.get('last_quarter_per_min'), unit):>26}"
         )

@@ -21,6 +21,7 @@ from cli.main import LazyGroup
         "calibrate": "cli.commands.bench_calibrate:command",
         "dashboard": "cli.commands.bench_dashboard:command",
         "soak": "cli.commands.bench_soak:command",
+        "soak-up": "cli.commands.bench_soak_up:command",
         "scaling": "cli.commands.bench_scaling:command",
     },
 )

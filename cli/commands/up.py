@@ -33,7 +33,14 @@ from netmon.config import Config
 @click.option("--iface", "ifaces", multiple=True, metavar="IF", help="Capture on IF (repeatable; root).")
 @click.option("--replay", "replay_file", type=click.Path(dir_okay=False, exists=True), help="Replay FILE.")
 @click.option("--speed", type=float, help="--replay: pacing scaled (1 = as captured; default: fast).")
+@click.option("--pps", type=float, help="--replay: a fixed rate, packets per second (not with --speed).")
 @click.option("--loop", type=int, help="--replay: replay N times, event time increasing.")
+@click.option(
+    "--start-at",
+    metavar="TIME",
+    help="--replay: shift timestamps so the first packet is at TIME (ISO-8601, e.g. 2024-05-01T12:00:00Z).",
+)
+@click.option("--rebase-time", is_flag=True, help="--replay: shift timestamps so the first packet is now.")
 @click.option("--filter", "filter_", metavar="EXPR", help='Records to keep: "proto=udp and dst_port=53".')
 @click.option("--bpf", metavar="EXPR", help="--iface: kernel filter, tcpdump syntax (needs libpcap).")
 @click.option("--no-dashboard", is_flag=True, help="Do not run the dashboard.")
@@ -44,7 +51,10 @@ def command(
     ifaces: tuple[str, ...],
     replay_file: str | None,
     speed: float | None,
+    pps: float | None,
     loop: int | None,
+    start_at: str | None,
+    rebase_time: bool,
     filter_: str | None,
     bpf: str | None,
     no_dashboard: bool,
@@ -60,13 +70,21 @@ def command(
 
     if bool(ifaces) == bool(replay_file):
         fail("up", "give --iface IF (one or more) or --replay FILE", 2)
+    problem = _replay_problem(
+        replay_file, speed=speed, pps=pps, loop=loop, start_at=start_at, rebase=rebase_time
+    )
+    if problem:
+        fail("up", problem, 2)
     cfg = cfg.replace(services={"dashboard": cfg.services.dashboard and not no_dashboard})
     cfg = cfg.replace(services={"alerts": cfg.services.alerts and not no_alerts})
     filters = ("--filter", filter_) if filter_ else ()
     replay_args = (
         *filters,
         *(("--speed", str(speed)) if speed else ()),
+        *(("--pps", str(pps)) if pps else ()),
         *(("--loop", str(loop)) if loop else ()),
+        *(("--start-at", start_at) if start_at else ()),
+        *(("--rebase-time",) if rebase_time else ()),
     )
     capture_args = (*filters, *(("--bpf", bpf) if bpf else ()))
     sup = Supervisor.from_config(cfg, [])
@@ -114,6 +132,43 @@ def command(
             click.echo(f"broker: {broker.stop()}", err=True)
             watch.state.state, watch.state.pid, watch.state.started = "stopped", None, None
             sup.write_state()
+
+
+def _replay_problem(
+    replay_file: str | None,
+    *,
+    speed: float | None,
+    pps: float | None,
+    loop: int | None,
+    start_at: str | None,
+    rebase: bool,
+) -> str | None:
+    """What is wrong with the replay options (as ``netmon replay`` would say it, but before any
+    service starts), or None."""
+    given = [
+        name
+        for name, value in (("--speed", speed), ("--pps", pps), ("--loop", loop), ("--start-at", start_at))
+        if value is not None
+    ] + (["--rebase-time"] if rebase else [])
+    if given and replay_file is None:
+        return f"{', '.join(given)}: only with --replay FILE"
+    if speed is not None and pps is not None:
+        return "--speed and --pps are exclusive: choose one pacing"
+    for name, value in (("--speed", speed), ("--pps", pps)):
+        if value is not None and not value > 0:
+            return f"{name} must be > 0, got {value:g}"
+    if loop is not None and loop < 1:
+        return f"--loop must be >= 1, got {loop}"
+    if start_at is not None and rebase:
+        return "--rebase-time and --start-at are exclusive: choose one time base"
+    if start_at is not None:
+        from ingest.generate import parse_start
+
+        try:
+            parse_start(start_at, "--start-at")
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def _broker(cfg: Config, sup: Any) -> tuple[Any, int | None]:
