@@ -532,6 +532,21 @@ class SharedBatch:
             self._figures.popitem(last=False)
 
 
+def _own_state_rows(function: Any) -> int | None:
+    """The state rows a batch kind holds after its last batch: its ``state_rows`` (traffic, top-k,
+    distinct), or the tuples in the joins' windows (``observed``: each join query's
+    ``state_left + state_right`` of the newest batch); None for another function, or before a
+    batch."""
+    rows = getattr(function, "state_rows", None)
+    if rows is not None:
+        return int(rows)
+    observed = getattr(function, "observed", None)
+    if isinstance(observed, Mapping) and observed:
+        newest = observed[max(observed)]
+        return sum(int(m.get("state_left") or 0) + int(m.get("state_right") or 0) for m in newest.values())
+    return None
+
+
 @dataclass
 class QueryStats:
     batches: int = 0
@@ -627,6 +642,12 @@ class Pipeline:
                         st.state_rows = sum(int(op.get("numRowsTotal") or 0) for op in ops)
                 function = self.batch_functions.get(kind)
                 shared = self.batch_functions.get(name)
+                # A batch kind keeps its state in its own files, not Spark's state store: the rows
+                # it holds after its last batch (the sys rows' <kind>_state_rows), or the joins'
+                # windows (their statistics of the last batch)
+                own = _own_state_rows(function)
+                if own is not None:
+                    st.state_rows = own
                 late = int(getattr(function, "late_rows", 0))
                 if isinstance(shared, SharedBatch):
                     late += shared.totals["late"]  # the late rule of the shared decode, for every kind
