@@ -250,13 +250,19 @@ def test_the_read_stops_at_the_span(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rows = _write(tmp_path / "data", t0, 400)
     sink = tmp_path / "data" / "results" / "sys" / "packets"
     opened: list[str] = []
-    read_table = pq.read_table
+    read_table, parquet_file = pq.read_table, pq.ParquetFile
 
     def recording(source: Any, *args: Any, **kwargs: Any) -> Any:
         opened.append(str(source))
         return read_table(source, *args, **kwargs)
 
+    class Recording(parquet_file):  # a commit is read through its own reader (pq.ParquetFile)
+        def __init__(self, source: Any, *args: Any, **kwargs: Any) -> None:
+            opened.append(str(source))
+            super().__init__(source, *args, **kwargs)
+
     monkeypatch.setattr(pq, "read_table", recording)
+    monkeypatch.setattr(pq, "ParquetFile", Recording)
     got = newest_rows(sink, 20.0)
     end = rows["packets"][-1]["batch_time"]
     want = [r for r in rows["packets"] if r["batch_time"] >= end - dt.timedelta(seconds=20)]
