@@ -370,6 +370,34 @@ class DashboardConfig:
         positive("[dashboard]", "refresh_s", self.refresh_s)
 
 
+def _window_range(where: str, window_s: float, sub_window_s: float, lo_hi: tuple[float, ...]) -> None:
+    """A query's ``window_range_s`` (empty, or [min, max] around ``window_s``, each bound a
+    window ``sub_window_s`` can make); raises ``ConfigError`` naming the problem."""
+    if not lo_hi:
+        return
+    expect(
+        len(lo_hi) == 2 and lo_hi[0] <= window_s <= lo_hi[1],
+        where,
+        "window_range_s",
+        f"[min, max] around window_s = {window_s:g}",
+        list(lo_hi),
+    )
+    for bound in lo_hi:
+        _windows(where, bound, sub_window_s)
+
+
+def _window_problem(where: str, window_s: float, sub_window_s: float, lo_hi: tuple[float, ...]) -> str | None:
+    """Why ``window_s`` cannot be a query's window at run time (None: it can): a multiple of its
+    sub-window, inside its ``window_range_s`` if it has one."""
+    b_us, n_us = round(sub_window_s * _US), round(window_s * _US)
+    if not (window_s > 0 and n_us % b_us == 0 and math.isclose(n_us, window_s * _US, abs_tol=1e-6)):
+        return f"{where} is not a multiple of sub_window_s = {sub_window_s:g}"
+    if lo_hi and not lo_hi[0] <= window_s <= lo_hi[1]:
+        lo, hi = lo_hi
+        return f"{where} is outside window_range_s = [{lo:g}, {hi:g}]"
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class TopKQuery:
     """A sliding top-k heavy-hitter query (Golab Alg. 6): ``[[queries.topk]]``."""
@@ -393,28 +421,12 @@ class TopKQuery:
         expect(self.weight in ("packets", "bytes"), where, "weight", "'packets' or 'bytes'", self.weight)
         _windows(where, self.window_s, self.sub_window_s)
         expect(self.k >= 1, where, "k", "an integer >= 1", self.k)
-        if self.window_range_s:
-            lo_hi = self.window_range_s
-            expect(
-                len(lo_hi) == 2 and lo_hi[0] <= self.window_s <= lo_hi[1],
-                where,
-                "window_range_s",
-                f"[min, max] around window_s = {self.window_s:g}",
-                list(lo_hi),
-            )
-            for bound in lo_hi:
-                _windows(where, bound, self.sub_window_s)
+        _window_range(where, self.window_s, self.sub_window_s, self.window_range_s)
 
     def window_problem(self, window_s: float) -> str | None:
         """Why ``window_s`` cannot be this query's window at run time (None: it can)."""
         where = f"top-k query {self.name!r}: window {window_s:g} s"
-        b_us, n_us = round(self.sub_window_s * _US), round(window_s * _US)
-        if not (window_s > 0 and n_us % b_us == 0 and math.isclose(n_us, window_s * _US, abs_tol=1e-6)):
-            return f"{where} is not a multiple of sub_window_s = {self.sub_window_s:g}"
-        if self.window_range_s and not self.window_range_s[0] <= window_s <= self.window_range_s[1]:
-            lo, hi = self.window_range_s
-            return f"{where} is outside window_range_s = [{lo:g}, {hi:g}]"
-        return None
+        return _window_problem(where, window_s, self.sub_window_s, self.window_range_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -443,29 +455,13 @@ class DistinctQuery:
         # The HLL sketches' range (DataSketches and Spark's hll_sketch_agg: 4..21).
         expect(4 <= self.lg_k <= 21, where, "lg_k", "an integer in 4..21", self.lg_k)
         expect(self.top >= 0, where, "top", "an integer >= 0 (0: every group)", self.top)
-        if self.window_range_s:
-            lo_hi = self.window_range_s
-            expect(
-                len(lo_hi) == 2 and lo_hi[0] <= self.window_s <= lo_hi[1],
-                where,
-                "window_range_s",
-                f"[min, max] around window_s = {self.window_s:g}",
-                list(lo_hi),
-            )
-            for bound in lo_hi:
-                _windows(where, bound, self.sub_window_s)
+        _window_range(where, self.window_s, self.sub_window_s, self.window_range_s)
 
     def window_problem(self, window_s: float) -> str | None:
         """Why ``window_s`` cannot be this query's window at run time (None: it can); the rules
         of ``TopKQuery.window_problem``."""
         where = f"distinct query {self.name!r}: window {window_s:g} s"
-        b_us, n_us = round(self.sub_window_s * _US), round(window_s * _US)
-        if not (window_s > 0 and n_us % b_us == 0 and math.isclose(n_us, window_s * _US, abs_tol=1e-6)):
-            return f"{where} is not a multiple of sub_window_s = {self.sub_window_s:g}"
-        if self.window_range_s and not self.window_range_s[0] <= window_s <= self.window_range_s[1]:
-            lo, hi = self.window_range_s
-            return f"{where} is outside window_range_s = [{lo:g}, {hi:g}]"
-        return None
+        return _window_problem(where, window_s, self.sub_window_s, self.window_range_s)
 
 
 @dataclass(frozen=True, kw_only=True)
