@@ -37,8 +37,11 @@ for a user who has the dashboard open; the warm-up visit fills that cache.
 - no element is still a placeholder (``stSkeleton``): the frontend draws most kinds of element
   with code it loads on first use, showing a skeleton meanwhile, and it may still be loading
   after the run is over (the elements arrived, not yet drawn);
-- every Plotly chart (``stPlotlyChart``) has drawn its SVG (``.main-svg``): Plotly is loaded
-  lazily and draws after the element arrives, so the end of the script run alone is too early;
+- every chart has been drawn: each Chart.js frame (``dashboard.chartjs``: an ``iframe`` whose
+  script sets ``__netmonDrawn`` once its chart is drawn, after Chart.js has loaded) and any Plotly
+  chart (``stPlotlyChart``, a figure ``dashboard.chartjs`` could not translate) with its SVG
+  (``.main-svg``): charts draw after their element arrives, so the end of the script run alone is
+  too early;
 - every table (``stDataFrame``) has drawn its canvas (the data grid draws on a canvas).
 
 The pages' ``st.fragment(run_every=refresh_s)`` panels rerun every few seconds; the first complete
@@ -88,6 +91,9 @@ DRAWN = """() => {
   if (document.querySelector('[data-testid="stSkeleton"]')) return false;
   for (const c of main.querySelectorAll('[data-testid="stPlotlyChart"]'))
     if (!c.querySelector('.main-svg')) return false;
+  for (const f of main.querySelectorAll('iframe')) {
+    try { if (!f.contentWindow.__netmonDrawn) return false; } catch (e) { return false; }
+  }
   for (const t of main.querySelectorAll('[data-testid="stDataFrame"]'))
     if (!t.querySelector('canvas')) return false;
   return true;
@@ -98,8 +104,11 @@ _CONTENT = """() => {
   const texts = (sel) => [...main.querySelectorAll(sel)].map((e) => e.innerText.trim());
   return {
     title: texts('h1')[0] || '',
-    charts: main.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length
-      ? main.querySelectorAll('[data-testid="stPlotlyChart"]').length : 0,
+    charts: (main.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length
+      ? main.querySelectorAll('[data-testid="stPlotlyChart"]').length : 0)
+      + [...main.querySelectorAll('iframe')].filter((f) => {
+          try { return f.contentWindow.__netmonDrawn === true; } catch (e) { return false; }
+        }).length,
     tables: main.querySelectorAll('[data-testid="stDataFrame"]').length,
     metrics: main.querySelectorAll('[data-testid="stMetric"]').length,
     exceptions: texts('[data-testid="stException"]'),

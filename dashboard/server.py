@@ -43,6 +43,8 @@ def _command(cfg: Config, host: str | None, port: int | None) -> list[str]:
         f"--server.port={port or cfg.dashboard.port}",
         "--browser.gatherUsageStats=false",
         "--global.developmentMode=false",
+        # dashboard/static: Chart.js and the charts' callbacks (dashboard.chartjs), at /app/static
+        "--server.enableStaticServing=true",
     ]
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts, data, data_alerts
+from dashboard import chartjs, charts, data, data_alerts
 
 cfg = data.config()
 state_dir = str(cfg.paths.state_dir)
@@ -61,7 +61,7 @@ def panel() -> None:
             fig.update_layout(
                 title="Alert episodes (event time)", xaxis_title="event time (UTC)", yaxis_title=""
             )
-            st.plotly_chart(fig, width="stretch")
+            chartjs.show(fig)
         against = data_alerts.value_against_threshold(df)
         if not against.empty:
             fig = go.Figure()
@@ -81,7 +81,7 @@ def panel() -> None:
                     ["value", "threshold, or the top of the learned band"], y_labels=against["label"].tolist()
                 ),
             )
-            st.plotly_chart(fig, width="stretch")
+            chartjs.show(fig)
             st.caption(
                 "A baseline-mode rule compares the value with the top of its subject's learned band "
                 "(mean + sensitivity × deviation, docs/alerts.md); a threshold rule with its threshold."

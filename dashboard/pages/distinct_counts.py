@@ -10,7 +10,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import buckets, charts, data, time_range
+from dashboard import buckets, chartjs, charts, data, time_range
 from dashboard import data_distinct as dd
 
 cfg = data.config()
@@ -61,7 +61,7 @@ def panel() -> None:
             y_title="distinct",
             legend_title="group",
         )
-        st.plotly_chart(fig, width="stretch", key=f"chart-{name}")
+        chartjs.show(fig)
         flagged = dd.suspects(rows, int(threshold))
         if flagged.empty:
             st.caption(f"No group reached {int(threshold):,} in this range.")

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts, data, data_topk, time_range
+from dashboard import chartjs, charts, data, data_topk, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -81,7 +81,7 @@ def current(report: pd.DataFrame, unit: str) -> None:
     fig.add_hline(y=delta, line_dash="dash", line_color="crimson", annotation_text=f"δ = {delta:,}")
     fig.update_layout(xaxis_title="key", yaxis_title=unit, xaxis_type="category")
     fig.update_yaxes(rangemode="tozero")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     if items.empty:
         st.info("No item is above δ in this window.")
         return
@@ -118,7 +118,7 @@ def history(df: pd.DataFrame, unit: str, top: int = 8) -> None:
     if counts.width is not None:
         x_title += f" — {counts.describe('the highest count and δ of each')}"
     fig.update_layout(xaxis_title=x_title, yaxis_title=unit)
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
 
 panel()

@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import charts, data, data_joins, time_range
+from dashboard import chartjs, charts, data, data_joins, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -56,7 +56,7 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
             shown, "rtt_ms", color="query", nbins=60, title="Handshake RTT (SYN → SYN-ACK)"
         )
         fig.update_layout(xaxis_title="RTT (ms)", yaxis_title="handshakes", bargap=0.05)
-        st.plotly_chart(fig, width="stretch")
+        chartjs.show(fig)
         per_server = data_joins.rtt_per_server(rtts)
         per_server["server_port"] = per_server["server_port"].astype("Int64")
         top = per_server.head(20).assign(
@@ -73,7 +73,7 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
             y_title="RTT (ms)",
             legend_title="percentile",
         )
-        st.plotly_chart(fig, width="stretch")
+        chartjs.show(fig)
         table = per_server.copy()
         for col in ("rtt_min_s", "rtt_p50_s", "rtt_p90_s", "rtt_max_s"):
             table[col.replace("_s", "_ms")] = table.pop(col) * 1000
@@ -84,7 +84,7 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
         return
     fig = charts.bars(syns.head(20), "server", "syns", color="query", title="SYNs without a SYN-ACK within T")
     fig.update_layout(xaxis_title="destination", yaxis_title="SYNs")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
 
 def link_correlation(links) -> None:  # noqa: ANN001 - a DataFrame
@@ -95,7 +95,7 @@ def link_correlation(links) -> None:  # noqa: ANN001 - a DataFrame
     top = links.groupby("query", group_keys=False).head(20)
     fig = charts.bars(top, "key", "matches", color="query", title="Keys seen on both streams within T")
     fig.update_layout(xaxis_title="key", yaxis_title="matches")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     st.dataframe(links, hide_index=True, width="stretch")
 
 

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from dashboard import buckets, charts, data, data_resources, time_range
+from dashboard import buckets, chartjs, charts, data, data_resources, time_range
 from dashboard import data_pipeline as dp
 
 cfg = data.config()
@@ -59,7 +59,7 @@ def _chart(
     )
     if line is not None:
         fig.add_hline(y=line, line_dash="dot", line_color="crimson")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
 
 def _current(query: str, rows: pd.DataFrame) -> None:

@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from dashboard import buckets, charts, data, data_resources, time_range
+from dashboard import buckets, chartjs, charts, data, data_resources, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -54,7 +54,7 @@ def _line(series: buckets.Downsampled, columns: list[str], title: str, unit: str
     if not shown:
         return
     fig = charts.line(df, "batch_time", shown, title=title, x_title=_x_title(series, shown), y_title=unit)
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
 
 @st.fragment(run_every=dt.timedelta(seconds=cfg.dashboard.refresh_s))
@@ -108,7 +108,7 @@ def panel() -> None:
     fig.add_hline(y=BUDGETS["cpu_bound"], line_dash="dash", annotation_text="[resources] budget − reserve")
     if query != "packets" or cfg.queries.join:  # the joins run on the shared query
         fig.add_hline(y=BUDGETS["shedding_cpu"], line_dash="dot", annotation_text="[shedding] cpu_budget")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     parts = [
         c
         for c in ("stage1_s", "traffic_s", "topk_s", "distinct_s", "features_s", "joins_s")
@@ -124,7 +124,7 @@ def panel() -> None:
             x_title=_x_title(series, parts),
             y_title="s",
         )
-        st.plotly_chart(fig, width="stretch")
+        chartjs.show(fig)
 
     _line(series, ["input_messages_per_s", "processed_messages_per_s"], "Kafka messages per second", "msg/s")
     _line(
@@ -148,12 +148,12 @@ def panel() -> None:
             y_title="bytes",
         )
         fig.add_hline(y=BUDGETS["memory_bound"], line_dash="dash", annotation_text="budget − reserve")
-        st.plotly_chart(fig, width="stretch")
+        chartjs.show(fig)
 
     knobs = data_resources.knobs_over_time(rows)
     fig = charts.rows(knobs, "batch_time", "value", "knob", shape="hv", title="Knobs in force over time")
     fig.update_layout(xaxis_title="batch (UTC)", height=150 + 120 * knobs["knob"].nunique())
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
     columns = [
         "batch_id",

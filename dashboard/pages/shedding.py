@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import buckets, charts, data, data_joins, time_range
+from dashboard import buckets, chartjs, charts, data, data_joins, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -77,7 +77,7 @@ def panel() -> None:
         y_title="share of the trigger interval",
     )
     fig.add_hline(y=budget, line_dash="dash", annotation_text="budget")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
     fig = charts.line(
         series.frame,
@@ -89,7 +89,7 @@ def panel() -> None:
         y_title="fraction",
     )
     fig.update_layout(yaxis_range=[-0.05, 1.05])
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
 
     fig = charts.line(
         series.frame,
@@ -99,7 +99,7 @@ def panel() -> None:
         x_title=x_title("the total at the end of each"),
         y_title="results",
     )
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     columns = [
         "batch_id",
         "span_s",
@@ -144,7 +144,7 @@ def comparison() -> None:
     )
     fig.update_xaxes(tickformat=".0%")
     fig.update_yaxes(tickformat=".0%")
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     table = rows.pivot_table(index="budget_fraction", columns="strategy", values="result_fraction")
     st.dataframe(table.style.format("{:.1%}"), width="stretch")
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import charts, data, time_range
+from dashboard import chartjs, charts, data, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -46,7 +46,7 @@ def panel() -> None:
         y_title="packets/s",
         legend_title="protocol",
     )
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     fig = charts.line(
         rates.frame,
         "window_start",
@@ -58,7 +58,7 @@ def panel() -> None:
         y_title="bits/s",
         legend_title="protocol",
     )
-    st.plotly_chart(fig, width="stretch")
+    chartjs.show(fig)
     by_proto = (
         df.groupby("protocol", as_index=False)[["packets", "bytes"]]
         .sum()

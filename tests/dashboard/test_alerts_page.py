@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from alerts.rules import RuleEngine
 from dashboard import data, data_alerts
 from netmon.config.alerts import AlertRule
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 
 APP = REPO_ROOT / "dashboard" / "app.py"
 PAGE = "pages/alerts.py"
@@ -86,14 +86,16 @@ def test_a_firing_alert_is_drawn_against_its_band_or_threshold(monkeypatch, tmp_
     at.run()
     at = at.switch_page(PAGE).run()
     assert not at.exception, at.exception
-    specs = {
-        s["layout"]["title"]["text"]: s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-    }
+    specs = {chart_frames.title(c): c for c in chart_frames.charts(at)}
     chart = specs["Firing alerts: the value against what it was compared with"]
-    value, mark = chart["data"]
-    drawn = dict(zip(mark["y"], _numbers(mark["x"]), strict=True))
+    value, mark = chart["data"]["datasets"]
+    drawn = dict(
+        zip(chart_frames.places(mark, chart), _numbers(chart_frames.values(mark, chart)), strict=True)
+    )
     assert drawn == {"fan-in 192.0.2.9": pytest.approx(band), "ddos 192.0.2.9": 200}
-    values = dict(zip(value["y"], _numbers(value["x"]), strict=True))
+    values = dict(
+        zip(chart_frames.places(value, chart), _numbers(chart_frames.values(value, chart)), strict=True)
+    )
     assert values == {"fan-in 192.0.2.9": 900, "ddos 192.0.2.9": 900}
 
 

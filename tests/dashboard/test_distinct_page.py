@@ -17,6 +17,7 @@ from netmon.kafka_admin import recreate_topic
 from netmon.results import committed_files, results_dir
 from pipeline.job import start_pipeline
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 
 APP = REPO_ROOT / "dashboard" / "app.py"
 PAGE = "pages/distinct_counts.py"
@@ -107,7 +108,7 @@ def test_page_charts_each_query_and_lists_the_scanner(monkeypatch, scan_results)
     assert at.title[0].value == "Distinct counts"
     names = [q.name for q in scan_results.queries.distinct]
     assert [h.value for h in at.subheader] == names
-    assert len(at.get("plotly_chart")) == len(names)
+    assert len(chart_frames.charts(at)) == len(names)
     # Suspects at the default threshold (100): the scanner, by its ports and by nothing else.
     tables = [df.value for df in at.dataframe]
     assert tables and all(list(t.columns[:2]) == ["group", "peak"] for t in tables)

@@ -10,6 +10,7 @@ import pytest
 
 from netmon.config import Config
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 from tests.pipeline.test_topk_stream import QUERIES, offline_reports, replayed_topk
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -39,7 +40,7 @@ def dashboard_env(
 
 
 def _charts(at) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return chart_frames.charts(at)
 
 
 def _check_current_report(at, query: str) -> None:
@@ -49,10 +50,12 @@ def _check_current_report(at, query: str) -> None:
     assert metrics["δ (threshold)"] == f"{last['delta']:,}"
     assert metrics["Items above δ"] == f"{len(last['items']):,}"
     bars, history = _charts(at)
-    assert [s["y0"] for s in bars["layout"]["shapes"]] == [last["delta"]]
-    keys = [x for trace in bars["data"] for x in trace.get("x", [])]
+    assert chart_frames.lines(bars) == [last["delta"]]
+    keys = [x for trace in bars["data"]["datasets"] for x in chart_frames.places(trace, bars)]
     assert keys == [item["key"] for item in last["items"]]
-    assert any(trace["name"] == "δ" for trace in history["data"])
+    counts = [y for trace in bars["data"]["datasets"] for y in chart_frames.values(trace, bars)]
+    assert counts == [item["count"] for item in last["items"]]
+    assert "δ" in chart_frames.names(history)
 
 
 def test_page_shows_each_query_current_report_and_history(dashboard_env) -> None:
@@ -67,7 +70,7 @@ def test_page_shows_each_query_current_report_and_history(dashboard_env) -> None
     _check_current_report(at, "ports")
     at.radio[0].set_value("last 5 min").run()  # the sidebar's time range
     assert not at.exception, at.exception
-    assert len(at.get("plotly_chart")) == 2
+    assert len(_charts(at)) == 2
 
 
 def test_app_navigates_to_the_page(dashboard_env) -> None:
@@ -77,5 +80,5 @@ def test_app_navigates_to_the_page(dashboard_env) -> None:
     assert not at.exception, at.exception
     at.switch_page("pages/heavy_hitters.py").run()
     assert not at.exception, at.exception
-    assert len(at.get("plotly_chart")) == 2
+    assert len(_charts(at)) == 2
     assert at.title[0].value == "Heavy hitters"

@@ -13,6 +13,7 @@ import pytest
 
 from netmon.config import Config
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 from tests.pipeline.test_join_stream import restarted_joins
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -37,7 +38,7 @@ def dashboard_env(spark, kafka_bootstrap, netmon_config, tmp_path_factory, tmp_p
 
 
 def _charts(at) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return chart_frames.charts(at)
 
 
 def _check_joins(at) -> None:
@@ -46,7 +47,7 @@ def _check_joins(at) -> None:
     assert int(metrics["Handshakes"].replace(",", "")) > 100
     assert metrics["Median RTT"].endswith(" ms")
     assert int(metrics["Link matches"].replace(",", "")) > 0
-    titles = [c["layout"]["title"]["text"] for c in _charts(at)]
+    titles = [chart_frames.title(c) for c in _charts(at)]
     assert titles[:2] == ["Handshake RTT (SYN → SYN-ACK)", "RTT percentiles of the busiest servers"]
     assert "Keys seen on both streams within T" in titles
     if int(metrics["Half-open SYNs"].replace(",", "")):
@@ -58,9 +59,9 @@ def _check_shedding(at) -> None:
     assert at.selectbox[0].options == ["handshake", "web-live"]
     charts = _charts(at)
     assert len(charts) == 4  # utilisation, fractions, output, strategy comparison
-    assert charts[0]["layout"]["shapes"][0]["y0"] == pytest.approx(0.002)  # the budget line
-    assert {t["name"] for t in charts[1]["data"]} == {"x_left", "x_right"}
-    assert "pni" in {t["name"] for t in charts[3]["data"]}
+    assert chart_frames.lines(charts[0])[0] == pytest.approx(0.002)  # the budget line
+    assert set(chart_frames.names(charts[1])) == {"x_left", "x_right"}
+    assert "pni" in chart_frames.names(charts[3])
 
 
 def test_joins_page(dashboard_env) -> None:

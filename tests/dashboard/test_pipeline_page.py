@@ -29,6 +29,7 @@ from pipeline.batch_sink import write_table
 from pipeline.job import QueryStats
 from pipeline.sys_stats import BatchFigures, Knobs, sys_row, sys_table
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 
 APP = REPO_ROOT / "dashboard" / "app.py"
 PAGE = "pages/pipeline_status.py"
@@ -123,8 +124,7 @@ def _app(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> AppTest:
 
 
 def _charts(at: AppTest) -> dict[str, dict[str, Any]]:
-    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    return {s["layout"]["title"]["text"]: s for s in specs}
+    return {chart_frames.title(c): c for c in chart_frames.charts(at)}
 
 
 def test_catching_up_and_keeping_up(monkeypatch, tmp_path) -> None:
@@ -167,17 +167,17 @@ def test_catching_up_and_keeping_up(monkeypatch, tmp_path) -> None:
     rates = charts[
         "Kafka messages per second: taken in (since the previous trigger) vs processed (in the batch)"
     ]
-    assert {t["name"] for t in rates["data"]} == {
+    assert set(chart_frames.names(rates)) == {
         "packets, taken in",
         "packets, processed",
         "joins, taken in",
         "joins, processed",
     }
     lag = charts["Kafka lag: messages waiting after each batch"]
-    packets_lag = next(t for t in lag["data"] if t["name"] == "packets")
-    assert len(packets_lag["x"]) == BATCHES
+    packets_lag = chart_frames.series(lag, "packets")
+    assert len(chart_frames.places(packets_lag, lag)) == BATCHES
     share = charts["Batch duration as a share of the trigger interval (over 1: the batch overran)"]
-    assert share["layout"]["shapes"][0]["y0"] == 1.0
+    assert chart_frames.lines(share)[0] == 1.0
     # The totals since the start: late and malformed per kind, no bookkeeping.
     table = at.dataframe[0].value
     assert list(table["query"]) == ["traffic", "topk", "joins"]
@@ -194,7 +194,7 @@ def test_falling_behind(monkeypatch, tmp_path) -> None:
     at.radio[0].set_value("last 5 min").run()
     assert not at.exception, at.exception
     lag = _charts(at)["Kafka lag: messages waiting after each batch"]
-    assert len(next(t for t in lag["data"] if t["name"] == "packets")["x"]) == 300 // 10 + 1
+    assert len(chart_frames.series(lag, "packets")["data"]) == 300 // 10 + 1
 
 
 def test_without_statistics_or_status(monkeypatch, tmp_path) -> None:

@@ -11,7 +11,6 @@ three more hours, compacted by a real maintenance pass (``pipeline.retention``) 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import shutil
@@ -35,6 +34,7 @@ from pipeline.publish import TIME_COLUMNS
 from pipeline.retention import maintain
 from pipeline.sys_stats import SYS_SCHEMA, BatchFigures, Knobs, sys_row, sys_table
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 
 APP = REPO_ROOT / "dashboard" / "app.py"
 PAGE = "pages/resources.py"
@@ -311,7 +311,7 @@ def _app(monkeypatch: pytest.MonkeyPatch, data_dir: Path, state_dir: Path) -> Ap
 
 
 def _titles(at: AppTest) -> list[str]:
-    return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+    return [chart_frames.title(c) for c in chart_frames.charts(at)]
 
 
 def test_page_without_statistics_says_so(monkeypatch, tmp_path) -> None:
@@ -340,17 +340,17 @@ def test_page_shows_each_query_measured_beside_estimated(monkeypatch, generated,
         "Seconds per batch: the shared pass and each kind",
     ]
     assert "Knobs in force over time" in titles
-    cpu = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert {t["name"] for t in cpu["data"]} == {"batch_utilisation", "est_cpu"}
-    assert cpu["layout"]["shapes"][0]["y0"] == pytest.approx(0.8)  # the [resources] bound
+    cpu = chart_frames.charts(at)[0]
+    assert set(chart_frames.names(cpu)) == {"batch_utilisation", "est_cpu"}
+    assert chart_frames.lines(cpu)[0] == pytest.approx(0.8)  # the [resources] bound
     # The joins query: the join's state and shedding fractions, its own budget line.
     at.selectbox[0].select("joins").run()
     assert not at.exception, at.exception
     titles = _titles(at)
     assert "Seconds per batch: the shared pass and each kind" not in titles
     assert "State rows: measured vs estimated" in titles
-    cpu = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert [s["y0"] for s in cpu["layout"]["shapes"]] == [pytest.approx(0.8), pytest.approx(0.8)]
+    cpu = chart_frames.charts(at)[0]
+    assert chart_frames.lines(cpu) == [pytest.approx(0.8), pytest.approx(0.8)]
     table = at.dataframe[0].value
     assert isinstance(table, pd.DataFrame) and len(table) == 50
     assert table["shed_fractions"].iloc[-1] == '{"handshake":[1.0,1.0]}'

@@ -9,6 +9,7 @@ from cli.demo import demo_config
 from cli.main import cli
 from netmon.results import read_results, results_dir
 from tests.conftest import REPO_ROOT
+from tests.dashboard import chart_frames
 from tests.pipeline.oracle import traffic_per_window
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -55,7 +56,7 @@ def test_dashboard_renders_demo_results(demo_run, monkeypatch) -> None:
     metrics = {m.label: m.value for m in at.metric}
     expected = traffic_per_window(REPO_ROOT / "samples" / "mixed-small.pcap")
     assert metrics["Packets"] == f"{sum(p for p, _ in expected.values()):,}"
-    assert len(at.get("plotly_chart")) == 2
+    assert len(chart_frames.charts(at)) == 2
     at.switch_page("pages/pipeline_status.py").run()
     assert not at.exception
 

@@ -1,0 +1,45 @@
+"""The charts a page drew, read back from its Chart.js frames (``dashboard.chartjs``) in
+``AppTest``: what the browser is given, not the figure it was made from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.chartjs import embedded
+
+
+def charts(at: Any) -> list[dict[str, Any]]:
+    """Each chart frame's Chart.js configuration, in the page's order; none drawn by Plotly (a
+    figure ``dashboard.chartjs`` could not translate falls back to it)."""
+    assert not at.get("plotly_chart"), "a chart fell back to Plotly: dashboard.chartjs.Unsupported"
+    return [embedded(frame.proto.srcdoc) for frame in at.get("iframe")]
+
+
+def title(chart: dict[str, Any]) -> str:
+    return str(chart["options"]["plugins"]["title"]["text"])
+
+
+def names(chart: dict[str, Any]) -> list[str]:
+    """The series' names (Plotly's trace names), in order."""
+    return [d["label"] for d in chart["data"]["datasets"]]
+
+
+def series(chart: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(d for d in chart["data"]["datasets"] if d["label"] == name)
+
+
+def lines(chart: dict[str, Any]) -> list[float]:
+    """The horizontal lines' heights (``add_hline``), in order."""
+    return [line["y"] for line in chart["options"]["plugins"]["netmonLines"]["lines"]]
+
+
+def places(dataset: dict[str, Any], chart: dict[str, Any]) -> list[Any]:
+    """A series' positions along the chart's index axis (x; y for horizontal bars)."""
+    axis = chart["options"]["indexAxis"]
+    return [point[axis] for point in dataset["data"]]
+
+
+def values(dataset: dict[str, Any], chart: dict[str, Any]) -> list[Any]:
+    """A series' values (y; x for horizontal bars)."""
+    axis = "y" if chart["options"]["indexAxis"] == "x" else "x"
+    return [point[axis] for point in dataset["data"]]
