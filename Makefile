@@ -17,10 +17,13 @@ prereqs:
 	@command -v java >/dev/null || { echo "netmon needs Java 17+ on PATH (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "netmon needs Maven on PATH to fetch the Kafka and Spark jars (e.g. apt-get install maven)"; exit 1; }
 
+# pip's and the build backend's notices (setuptools prints a banner for every editable install)
+# go to $(VENV)/pip-install.log, shown only when an install fails.
 $(STAMP): pyproject.toml | prereqs
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	@echo "installing netmon and its Python packages into $(VENV) (log: $(VENV)/pip-install.log)"
+	@$(BIN)/pip install --quiet --upgrade pip > $(VENV)/pip-install.log 2>&1 || { cat $(VENV)/pip-install.log; exit 1; }
+	@$(BIN)/pip install --quiet -e ".[dev]" >> $(VENV)/pip-install.log 2>&1 || { cat $(VENV)/pip-install.log; exit 1; }
 	@touch $(STAMP)
 
 # Virtualenv + Python packages + JVM jars (Kafka broker, Spark's Kafka connector). Idempotent.
