@@ -37,8 +37,9 @@ for a user who has the dashboard open; the warm-up visit fills that cache.
 - no element is still a placeholder (``stSkeleton``): the frontend draws most kinds of element
   with code it loads on first use, showing a skeleton meanwhile, and it may still be loading
   after the run is over (the elements arrived, not yet drawn);
-- every chart has been drawn: each Chart.js frame (``dashboard.chartjs``: an ``iframe`` whose
-  script sets ``__netmonDrawn`` once its chart is drawn, after Chart.js has loaded) and any Plotly
+- every chart has been drawn: each Chart.js chart (``dashboard.chartjs``: a canvas
+  ``data-netmon-chart`` its script marks ``data-drawn="1"`` once drawn, after Chart.js has
+  loaded) and any Plotly
   chart (``stPlotlyChart``, a figure ``dashboard.chartjs`` could not translate) with its SVG
   (``.main-svg``): charts draw after their element arrives, so the end of the script run alone is
   too early;
@@ -91,9 +92,8 @@ DRAWN = """() => {
   if (document.querySelector('[data-testid="stSkeleton"]')) return false;
   for (const c of main.querySelectorAll('[data-testid="stPlotlyChart"]'))
     if (!c.querySelector('.main-svg')) return false;
-  for (const f of main.querySelectorAll('iframe')) {
-    try { if (!f.contentWindow.__netmonDrawn) return false; } catch (e) { return false; }
-  }
+  for (const c of main.querySelectorAll('canvas[data-netmon-chart]'))
+    if (c.dataset.drawn !== '1') return false;
   for (const t of main.querySelectorAll('[data-testid="stDataFrame"]'))
     if (!t.querySelector('canvas')) return false;
   return true;
@@ -106,9 +106,7 @@ _CONTENT = """() => {
     title: texts('h1')[0] || '',
     charts: (main.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length
       ? main.querySelectorAll('[data-testid="stPlotlyChart"]').length : 0)
-      + [...main.querySelectorAll('iframe')].filter((f) => {
-          try { return f.contentWindow.__netmonDrawn === true; } catch (e) { return false; }
-        }).length,
+      + main.querySelectorAll('canvas[data-netmon-chart][data-drawn="1"]').length,
     tables: main.querySelectorAll('[data-testid="stDataFrame"]').length,
     metrics: main.querySelectorAll('[data-testid="stMetric"]').length,
     exceptions: texts('[data-testid="stException"]'),

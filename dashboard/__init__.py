@@ -6,10 +6,10 @@ per-page siblings ``data_topk``, ``data_distinct``, ``data_joins``, ``data_resou
 outbox with SQLite), never Spark. Results reads are bounded to the page's time range (the sidebar's
 picker, ``time_range``, one for every page): ``bounded`` opens only the files whose rows can lie
 in it. A long series is cut to a bounded number of points per line (``buckets``), described as a
-Plotly figure built directly (``charts``) and drawn in the browser by Chart.js (``chartjs``: a page
-in a new tab draws in about half the time Plotly's own library took). ``server`` starts Streamlit for ``netmon dashboard`` and
-``netmon demo``, with ``warmup``, which reads the last 24 h of every kind into the process's caches
-before a user asks for them.
+Plotly figure built directly (``charts``) and drawn in the browser by Chart.js (``chartjs``: a
+page in a new tab draws in about half the time Plotly's own library took). ``server`` starts
+Streamlit for ``netmon dashboard`` and ``netmon demo``, with ``warmup``, which reads the last 24 h
+of every kind into the process's caches before a user asks for them.
 
 ``__all__`` lists the modules that import without running Streamlit (``app`` and the pages are
 scripts Streamlit runs).

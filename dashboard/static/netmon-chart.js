@@ -1,11 +1,14 @@
-// netmon's chart frames (dashboard/chartjs.py): what a JSON configuration cannot hold.
-// netmonChart(canvas, config) draws a Chart.js chart from dashboard.chartjs.config's output:
+// netmon's charts (dashboard/chartjs.py): what a JSON configuration cannot hold.
+// netmonDraw(id) draws the chart whose canvas is #netmon-chart-<id> from its configuration
+// (#netmon-chart-config-<id>, dashboard.chartjs.config's output), after destroying the charts
+// whose canvas has left the page (a page's charts are replaced at every refresh: a tab left open
+// for days must not keep them), and marks the canvas data-drawn="1" once drawn.
+// netmonChart(canvas, config) draws a Chart.js chart from a configuration:
 // - scales with netmonFormat "time" (epoch ms, shown in UTC) or "percent" get tick and tooltip
 //   formatters;
 // - options.plugins.netmonLines.lines: horizontal lines across the plot, dashed, each with its label
 //   (Plotly's add_hline);
 // - datasets' netmonLegend: whether the legend lists it; netmonExtra: a tooltip line per point.
-// Sets window.__netmonDrawn once drawn (the browser benchmark waits for it).
 (function () {
   "use strict";
   const pad = (n) => String(n).padStart(2, "0");
@@ -114,11 +117,18 @@
       }
     }
     config.plugins = [lines];
-    const chart = new Chart(canvas, config);
-    window.__netmonChart = chart;
+    return new Chart(canvas, config);
+  };
+  window.netmonDraw = function (id) {
+    for (const chart of Object.values(Chart.instances)) {
+      if (!chart.canvas || !chart.canvas.isConnected) chart.destroy();
+    }
+    const canvas = document.getElementById(`netmon-chart-${id}`);
+    const source = document.getElementById(`netmon-chart-config-${id}`);
+    if (!canvas || !source || Chart.getChart(canvas)) return;
+    window.netmonChart(canvas, JSON.parse(source.textContent));
     requestAnimationFrame(() => {
-      window.__netmonDrawn = true;
+      canvas.dataset.drawn = "1";
     });
-    return chart;
   };
 })();

@@ -1,4 +1,4 @@
-"""The charts a page drew, read back from its Chart.js frames (``dashboard.chartjs``) in
+"""The charts a page drew, read back from its Chart.js charts' HTML (``dashboard.chartjs``) in
 ``AppTest``: what the browser is given, not the figure it was made from."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from dashboard.chartjs import embedded
 
 
 def charts(at: Any) -> list[dict[str, Any]]:
-    """Each chart frame's Chart.js configuration, in the page's order; none drawn by Plotly (a
+    """Each chart's Chart.js configuration, in the page's order; none drawn by Plotly (a
     figure ``dashboard.chartjs`` could not translate falls back to it)."""
     assert not at.get("plotly_chart"), "a chart fell back to Plotly: dashboard.chartjs.Unsupported"
-    return [embedded(frame.proto.srcdoc) for frame in at.get("iframe")]
+    return [embedded(html.proto.body) for html in at.get("html") if "data-netmon-chart" in html.proto.body]
 
 
 def title(chart: dict[str, Any]) -> str:

@@ -116,3 +116,33 @@ def test_the_checks_fail_on_pages_without_results(tmp_path: Path) -> None:
         assert not r.exceptions, (r.name, r.exceptions)
         assert any(p.startswith("notice: No ") for p in problems(r)), r
     assert sum("no chart drawn" in problems(r) for r in renders) >= len(PAGES) // 2
+
+
+def test_a_tab_left_open_keeps_only_its_pages_charts(day: Path, tmp_path: Path) -> None:
+    """Chart.js charts live in the page itself (``dashboard.chartjs``): each redraw and page switch
+    replaces the canvases, and the charts of the canvases that left must be destroyed, or a tab
+    left open for days keeps every chart it ever drew (the pages refresh every few seconds)."""
+    from playwright.sync_api import sync_playwright
+
+    from bench.dashboard_render import DRAWN, _serve
+
+    counted = (
+        "() => [Object.keys(Chart.instances).length,"
+        " document.querySelectorAll('canvas[data-netmon-chart]').length]"
+    )
+    seen = []
+    with _serve(day / "data", day / "state", tmp_path / "dashboard.log") as (url, _), sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=browser(), headless=True)
+        try:
+            tab = chromium.new_page(viewport={"width": 1400, "height": 1000})
+            tab.goto(f"{url}/pipeline_status")
+            tab.wait_for_function(DRAWN, polling="raf", timeout=60_000)
+            for name in ("Resources", "Pipeline", "Traffic", "Resources"):
+                tab.get_by_role("link", name=name).first.click()
+                tab.wait_for_function(f"() => document.querySelector('h1')?.innerText.trim() === {name!r}")
+                tab.wait_for_function(DRAWN, polling="raf", timeout=60_000)
+                tab.wait_for_timeout(500)
+                seen.append((name, *tab.evaluate(counted)))
+        finally:
+            chromium.close()
+    assert all(charts == canvases > 0 for _, charts, canvases in seen), seen

@@ -209,14 +209,16 @@ def test_what_cannot_be_translated_is_refused() -> None:
         chartjs.config(fig)
 
 
-def test_the_frame_holds_its_configuration_and_nothing_ends_its_script() -> None:
+def test_the_html_holds_its_configuration_and_nothing_ends_its_script() -> None:
     df = pd.DataFrame({"k": ["</script><script>alert(1)</script>", "b"], "n": [1, 2]})
     cfg = chartjs.config(charts.bars(df, "k", "n", title="<b>t</b>"))
-    page = chartjs.page(cfg, "/netmon")
-    assert page.count("</script>") == 4  # the configuration's, Chart.js's, ours, the call's
+    page = chartjs.page(cfg, "/netmon", "ab12")
+    assert page.count("</script>") == 2  # the configuration's and the loader's
     assert chartjs.embedded(page) == cfg
-    assert 'src="/netmon/app/static/chart-3.9.1.min.js"' in page
-    with pytest.raises(ValueError, match="not a chart frame"):
+    assert 'id="netmon-chart-ab12"' in page and "netmonDraw('ab12')" in page
+    assert '"/netmon/app/static"' in page and chartjs.CHART_JS in page
+    assert 'id="netmon-chart-ximgsrcy"' in chartjs.page(cfg, "", 'x"><img src=y>')  # an id is a name
+    with pytest.raises(ValueError, match="not a chart"):
         chartjs.embedded("<p>hi</p>")
 
 
@@ -242,8 +244,9 @@ def test_the_pages_fall_back_to_plotly_for_a_figure_it_cannot_draw(tmp_path) -> 
     at = AppTest.from_file(str(script), default_timeout=30).run()
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 1
-    (frame,) = at.get("iframe")
-    assert chartjs.embedded(frame.proto.srcdoc)["data"]["datasets"][0]["data"] == [
+    (html,) = at.get("html")
+    assert html.proto.unsafe_allow_javascript
+    assert chartjs.embedded(html.proto.body)["data"]["datasets"][0]["data"] == [
         {"x": 1, "y": 1},
         {"x": 2, "y": 2},
     ]
