@@ -69,6 +69,7 @@ __all__ = [
     "distinct_offline",
     "distinct_queries",
     "explain",
+    "granularity",
     "hll_coupons",
     "join",
     "join_cost",

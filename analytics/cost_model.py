@@ -487,30 +487,39 @@ class CostModel(Base):
             )
         )
 
-    def topk(self, w: Workload, q: TopKQuery, keep: float = 1.0) -> Estimate:
+    def topk(self, w: Workload, q: TopKQuery, keep: float = 1.0, m: int = 1) -> Estimate:
         """Golab Alg. 6 over ``N/g`` sub-windows, stage 1 per record, the merge per sub-window key.
 
         With ``K_g = D(keep·λ·g, K)`` distinct keys in a sub-window: CPU
         ``keep·λ·count_row_s + (K_g/g)·(count_group_s + topk_key_s)``; state (§6.2.2) at most
         ``N/g·min(k, K_g)`` list pairs plus as many global counters, and the partial counts of the
         sub-windows open within the watermark, ``(⌈watermark/g⌉ + 1)·K_g`` rows.
+
+        ``m``: the granularity operator Γ in force (seed 004; ``pipeline.topk``): stage 1 still
+        counts per ``b = sub_window_s`` and Γ sums ``m`` of them into a sub-window of ``g = m·b``
+        before Alg. 6. Then the lists are ``N/g·min(k, K_g)``, the partial rows stay ``K_b/b`` per
+        second (``count_group_s``), the merge takes ``K_g/g`` (``topk_key_s``), and the open
+        partial counts are the fine ones of the coarse sub-windows open within the watermark,
+        ``(⌈watermark/g⌉ + 1)·m·K_b`` rows. ``m = 1`` is the formula above.
         """
-        c, g = self.constants, q.sub_window_s
+        c, b = self.constants, q.sub_window_s
+        g = m * b
         rate = keep * w.rate_pps
         keys = w.cardinality(q.key)
         per_sub = distinct_keys(rate * g, keys)
+        per_fine = per_sub if m == 1 else distinct_keys(rate * b, keys)
         n_sub = _n_sub(q.window_s, g)
         listed = n_sub * min(q.k, per_sub)
         entries = listed + min(listed, keys)
-        open_rows = (math.ceil(self.watermark_s / g) + 1) * per_sub
+        open_rows = (math.ceil(self.watermark_s / g) + 1) * m * per_fine
         return self._in_pipeline(
             Estimate(
                 "topk",
                 q.name,
-                cpu=rate * c.count_row_s + per_sub / g * (c.count_group_s + c.topk_key_s),
+                cpu=rate * c.count_row_s + per_fine / b * c.count_group_s + per_sub / g * c.topk_key_s,
                 state_rows=entries + open_rows,
                 memory_bytes=entries * c.topk_entry_bytes + open_rows * c.row_bytes,
-                ops={"count_rows": rate, "partial_rows": per_sub / g, "topk_keys": per_sub / g},
+                ops={"count_rows": rate, "partial_rows": per_fine / b, "topk_keys": per_sub / g},
                 knobs={"window_s": q.window_s, "sub_window_s": g, "k": q.k, "keep": keep},
                 stage1_cpu=w.rate_pps * c.count_row_s,  # the drop box decides after the key text
             )

@@ -28,6 +28,10 @@ Conventions shared by every implementation (offline, oracle, baselines, Spark), 
   (the first at the end of sub-window ``N/b``); time-based, only windows that hold data (a
   nonzero count) are reported, so a gap in event time costs O(N/b) whatever its length;
 * reported items: summed count strictly greater than ``delta``, by count descending then key text;
+* time-based, the granularity operator Γ (:meth:`SubWindowTopK.set_granularity`, seed 004) may
+  make sub-windows of ``m·b`` from an instant on: the callers sum the fine sub-windows' full
+  counts into each (so its top-k list is exact), and a window holds the whole sub-windows that
+  start in its last ``N``;
 * a report is ``{"end": ..., "delta": int, "items": [{"key": str, "count": int}, ...]}`` where
   ``end`` is the number of records counted so far (count-based) or the window's exclusive end
   time in ISO-8601 UTC (time-based), e.g. ``"2024-05-01T12:00:10.500Z"``.
@@ -57,8 +61,9 @@ Report = dict[str, Any]
 Items = tuple[tuple[str, int], ...]
 #: A report as ``add_subwindow_top`` gives it: the closing sub-window's index, delta, the items.
 TopRow = tuple[int, int, list[tuple[str, int]]]
-#: ``TopRow`` and the span the report's window holds (``N`` unless it grows after a resize).
-HeldRow = tuple[int, int, list[tuple[str, int]], int]
+#: ``TopRow``, the span the report's window holds (``N`` unless it grows after a resize or a
+#: granularity change) and the window's end (``N``'s unit).
+HeldRow = tuple[int, int, list[tuple[str, int]], int, int]
 _T = TypeVar("_T")
 
 _NS_PER_S = 1_000_000_000
@@ -176,10 +181,19 @@ class _SubWindowed(Base):
         if self._N % self._b:
             raise ValueError(f"N: must be a multiple of b (N={N!r}, b={b!r})")
         self._n_sub = self._N // self._b
-        # The fewest sub-windows a reported window holds: N/b, until a window change (resize)
-        # grows the window, whose reports then span what is held, growing to the new N/b.
+        # The span (in b) a window must have reached to be reported: N/b, until a window change
+        # (resize) grows the window, whose reports then span what is held, growing to the new N/b.
         self._n_report = self._n_sub
-        self._indexes: deque[int] = deque()  # indexes of the sub-windows in the window, oldest first
+        # What the stream has closed so far, in b, capped at _n_report: reported once it is reached.
+        self._reach = 0
+        # Indexes (in b: ts_ns // b) where the sub-windows in the window start, oldest first, and
+        # their lengths in b (the granularity operator: 1, or m after set_granularity).
+        self._indexes: deque[int] = deque()
+        self._sizes: deque[int] = deque()
+        # The open sub-window's length in b, and the granularity changes not yet in force
+        # (start index, m), ascending: each starts at a multiple of the m before it and its own.
+        self._m = 1
+        self._pending: list[tuple[int, int]] = []
         # Which of them hold data (a nonzero count), and how many do: a time-based window holding
         # none is not reported, and a gap of empty sub-windows is crossed in O(N/b) steps.
         self._filled: deque[bool] = deque()
@@ -292,13 +306,92 @@ class _SubWindowed(Base):
         if units % self._b:
             raise ValueError(f"N: must be a multiple of b (N={N!r}, b={self.b!r})")
         n_sub = units // self._b
-        while len(self._indexes) > n_sub:
-            self._indexes.popleft()
-            self._n_filled -= self._filled.popleft()
-            self._pop()
+        if self._indexes:
+            assert self._index is not None
+            self._expire(self._index - n_sub)
         self.N, self._N, self._n_sub = N, units, n_sub
         self._n_report = min(self._n_report, n_sub)
+        self._reach = min(self._reach, self._n_report)
         return self
+
+    def set_granularity(self, m: int, at: int | None = None) -> Self:
+        """The granularity operator Γ (seed 004, CKSV): sub-windows of ``m·b`` from index ``at`` on.
+
+        Time-based only. ``at`` (in ``b``: ``ts_ns // b``) is where the first sub-window of
+        ``m·b`` starts: at or after the open sub-window, a multiple of both the granularity in
+        force just before it and ``m`` (CKSV change coarser to finer only at instants of the
+        coarser granularity; the same alignment is asked both ways, so every sub-window is
+        aligned to a multiple of its own length in event time). ``None``: from the start, before
+        any sub-window is open. A later change replaces the pending ones at or after its ``at``.
+        The callers sum the fine sub-windows' full counts into each coarse one and pass its start
+        index (``add_subwindow``): summed before its top-k is taken, Alg. 6 stays exact for the
+        coarse sub-window. The window keeps the whole sub-windows that lie in its last ``N``
+        (``window_held_units``): after a change to a finer granularity, less than ``N`` until
+        the coarse sub-windows straddling its start leave.
+
+        >>> topk = SubWindowTopK(N=4, b=1, k=1, time_based=True)
+        >>> _ = topk.add_subwindow({"a": 1}, 0), topk.set_granularity(2, at=2)
+        >>> topk.add_subwindow({"a": 1}, 1), topk.add_subwindow({"b": 3}, 2)
+        ([], [{'end': '1970-01-01T00:00:00.000000004Z', 'delta': 5, 'items': []}])
+        >>> topk.granularity, topk.window_held_units
+        (2, 4)
+        """
+        if not self.time_based:
+            raise ValueError("m: the granularity operator is for time-based windows")
+        if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+            raise ValueError(f"m: must be an integer >= 1, got {m!r}")
+        m = int(m)
+        if at is None:
+            if self._index is not None:
+                raise ValueError("at: required once a sub-window is open")
+            self._m, self._pending = m, []
+            return self
+        at = int(at)
+        if self._index is not None and at < self._index:
+            raise ValueError(f"at: {at} is before the open sub-window {self._index}")
+        pending = [(i, x) for i, x in self._pending if i < at]
+        before = pending[-1][1] if pending else self._m
+        if at % before or at % m:
+            raise ValueError(
+                f"at: {at} must be a multiple of the granularities before it ({before}) and after ({m})"
+            )
+        if m != before:
+            pending.append((at, m))
+        self._pending = pending
+        if self._index is not None and pending and pending[0][0] <= self._index:
+            if self._open_records or self._open:
+                raise ValueError("at: the open sub-window already has per-record updates")
+            self._settle()
+        return self
+
+    def _settle(self) -> None:
+        """Put the pending granularities whose start the open sub-window has reached in force."""
+        assert self._index is not None
+        while self._pending and self._pending[0][0] <= self._index:
+            self._m = self._pending.pop(0)[1]
+
+    def _m_at(self, index: int) -> int:
+        """The granularity of the sub-window starting at ``index`` (at or after the open one)."""
+        m = self._m
+        for start, x in self._pending:
+            if start > index:
+                break
+            m = x
+        return m
+
+    def _check_aligned(self, index: int) -> None:
+        m = self._m_at(index) if self._pending or self._m > 1 else 1
+        if index % m:
+            raise ValueError(f"index: sub-window {index} does not start a sub-window of {m}·b")
+
+    def _expire(self, floor: int) -> None:
+        """Drop the sub-windows starting before ``floor`` (out of the window's last N)."""
+        indexes = self._indexes
+        while indexes and indexes[0] < floor:
+            indexes.popleft()
+            self._sizes.popleft()
+            self._n_filled -= self._filled.popleft()
+            self._pop()
 
     def seek(self, index: int, *, report: bool = True) -> list[Report]:
         """Time-based: make sub-window ``index`` (``ts_ns // b``) the open one (a batch form).
@@ -311,8 +404,10 @@ class _SubWindowed(Base):
         if not self.time_based:
             raise ValueError("index: seek() is for time-based windows; count-based ones use slide()")
         index = int(index)
+        self._check_aligned(index)
         if self._index is None:
             self._index = index
+            self._settle()
             return []
         if index < self._index:
             raise ValueError(f"index: sub-window {index} is before the open sub-window {self._index}")
@@ -370,6 +465,7 @@ class _SubWindowed(Base):
             index = int(index)
             if self._index is not None and index < self._index:
                 raise ValueError(f"index: sub-window {index} is before the open sub-window {self._index}")
+            self._check_aligned(index)
         elif index is not None and int(index) != self._index:
             raise ValueError(f"index: expected the next sub-window {self._index}, got {index}")
         opened = {key: int(c) for key, c in counts.items()}
@@ -381,6 +477,7 @@ class _SubWindowed(Base):
             assert index is not None
             if self._index is None:
                 self._index = index
+                self._settle()
             elif index > self._index:
                 reports = self._close_until(index, make)
         closing = self._index
@@ -402,11 +499,19 @@ class _SubWindowed(Base):
         assert self._index is not None
         reports: list[_T] = []
         while self._index < index:
-            jump = index - self._n_sub - self._index
-            if jump > 0 and not self._n_filled and not self._has_data(self._open):
-                self._index += jump
-                self._indexes = deque(i + jump for i in self._indexes)
-                continue
+            if not self._n_filled and not self._has_data(self._open):
+                # Closing empty sub-windows up to `target` and N/b more leaves the same (empty)
+                # window as jumping there and closing the N/b: jump, to a start of the
+                # granularity in force, not past a pending change (the next loop jumps on).
+                target = index - self._n_sub
+                if self._pending:
+                    target = min(target, self._pending[0][0])
+                target = self._index + (target - self._index) // self._m * self._m
+                if target > self._index:
+                    self._expire(target)  # every held sub-window is empty
+                    self._index = target
+                    self._settle()
+                    continue
             closing = self._index
             if self._close(self._open) and make is not None:
                 reports.append(make(closing))
@@ -420,21 +525,26 @@ class _SubWindowed(Base):
         """Close the open sub-window with ``counts``; whether the window is then to be reported."""
         assert self._index is not None
         index = self._index
+        m = self._m
         filled = any(counts.values())  # as _has_data, without the call: this runs per sub-window
         self._push(index, counts)
         self._indexes.append(index)
+        self._sizes.append(m)
         self._filled.append(filled)
         self._n_filled += filled
         self._open = {}
         self._open_records = 0
-        self._index = index + 1
-        if len(self._indexes) > self._n_sub:
-            self._indexes.popleft()
-            self._n_filled -= self._filled.popleft()
-            self._pop()
+        end = self._index = index + m
+        if self._pending and self._pending[0][0] <= end:
+            self._settle()
+        reach = self._reach + m
+        self._reach = reach if reach < self._n_report else self._n_report
+        # The window keeps the whole sub-windows in its last N (N/b of them without Γ).
+        if self._indexes[0] < end - self._n_sub:
+            self._expire(end - self._n_sub)
         # Time-based, a window without data is not reported (as distinct counts and Spark's own
         # windows do); count-based windows always hold b·N/b records.
-        return len(self._indexes) >= self._n_report and (self._n_filled > 0 or not self.time_based)
+        return self._reach >= self._n_report and (self._n_filled > 0 or not self.time_based)
 
     def _indexed_frame(self, index: int) -> tuple[int, Report]:
         return index, self._frame(index)
@@ -443,10 +553,15 @@ class _SubWindowed(Base):
         return index, self._delta(), self._items()
 
     def _held_row(self, index: int) -> HeldRow:
-        return index, self._delta(), self._items(), len(self._indexes) * self._b
+        assert self._index is not None
+        held = (self._index - self._indexes[0]) * self._b
+        return index, self._delta(), self._items(), held, self._index * self._b
 
     def _frame(self, index: int) -> Report:
-        end: int | str = (index + 1) * self._b if not self.time_based else format_end((index + 1) * self._b)
+        # made right after the closing: the window ends where the open sub-window starts
+        assert self._index is not None
+        units = self._index * self._b
+        end: int | str = units if not self.time_based else format_end(units)
         items = [{"key": key, "count": c} for key, c in self._items()]
         return {"end": end, "delta": self._delta(), "items": items}
 
@@ -460,8 +575,17 @@ class _SubWindowed(Base):
     @property
     def window_held_units(self) -> int:
         """What the window holds now, in ``N``'s unit: ``N`` once full, less while it fills (at the
-        start, and while it grows after :meth:`resize`)."""
-        return len(self._indexes) * self._b
+        start, and while it grows after :meth:`resize`; a little less after a change to a finer
+        granularity, :meth:`set_granularity`)."""
+        if not self._indexes:
+            return 0
+        assert self._index is not None
+        return (self._index - self._indexes[0]) * self._b
+
+    @property
+    def granularity(self) -> int:
+        """``m``: the open sub-window is ``m·b`` long (:meth:`set_granularity`; 1 by default)."""
+        return self._m
 
     @property
     def sub_window_units(self) -> int:
@@ -488,7 +612,7 @@ class _SubWindowed(Base):
         None while the window holds fewer than ``N/b`` closed sub-windows, and (time-based) when
         none of them holds data.
         """
-        if len(self._indexes) < self._n_report or (self.time_based and not self._n_filled):
+        if self._reach < self._n_report or (self.time_based and not self._n_filled):
             return None
         return self._frame(self._indexes[-1])
 
@@ -669,13 +793,23 @@ class SubWindowTopK(_SubWindowed):
         ``I`` items, per item ``I`` UTF-8 length, the key, ``q`` count; then the open sub-window the
         same way (``q`` records, ``I`` items, items). Global counters and delta are rebuilt.
         Version 2, written only while a window grows after :meth:`resize`, ends with ``I`` the
-        fewest sub-windows a report holds (version 1: ``N/b``).
+        fewest sub-windows a report holds (version 1: ``N/b``). Version 3, written only once a
+        granularity other than 1 was set (:meth:`set_granularity`), ends instead with ``q`` the
+        span a window must reach to be reported and ``q`` the span reached (in ``b``), ``I`` the
+        granularity in force, ``I`` pending changes and per change ``q`` start, ``I`` m, then per
+        list ``I`` its length in ``b`` (versions 1 and 2: every list is one ``b``).
         """
+        mixed = (
+            self._m != 1
+            or bool(self._pending)
+            or any(x != 1 for x in self._sizes)
+            or self._reach != min(len(self._indexes), self._n_report)
+        )
         growing = self._n_report != self._n_sub
         out = [
             struct.pack(
                 "<BBqqIBqI",
-                2 if growing else self._VERSION,
+                3 if mixed else 2 if growing else self._VERSION,
                 self.time_based,
                 self._N,
                 self._b,
@@ -690,7 +824,11 @@ class SubWindowTopK(_SubWindowed):
             out.extend(_pack_items(items))
         out.append(struct.pack("<qI", self._open_records, len(self._open)))
         out.extend(_pack_items(tuple(self._open.items())))
-        if growing:
+        if mixed:
+            out.append(struct.pack("<qqII", self._n_report, self._reach, self._m, len(self._pending)))
+            out.extend(struct.pack("<qI", start, m) for start, m in self._pending)
+            out.append(struct.pack(f"<{len(self._sizes)}I", *self._sizes))
+        elif growing:
             out.append(struct.pack("<I", self._n_report))
         return b"".join(out)
 
@@ -700,7 +838,7 @@ class SubWindowTopK(_SubWindowed):
         view = memoryview(data)
         head = struct.Struct("<BBqqIBqI")
         version, time_based, n, b, k, has_index, index, n_lists = head.unpack_from(view, 0)
-        if version not in (cls._VERSION, 2):
+        if version not in (cls._VERSION, 2, 3):
             raise ValueError(f"data: unsupported SubWindowTopK state version {version}")
         pos = head.size
         self = cls(n, b, k, time_based=bool(time_based))
@@ -711,15 +849,28 @@ class SubWindowTopK(_SubWindowed):
             lists.append((items, kth))
         open_records, count = struct.unpack_from("<qI", view, pos)
         open_items, pos = _unpack_items(view, pos + 12, count)
+        sizes = [1] * n_lists
         if version == 2:
             (self._n_report,) = struct.unpack_from("<I", view, pos)
             pos += 4
+        self._reach = min(n_lists, self._n_report)
+        if version == 3:
+            self._n_report, self._reach, self._m, n_pending = struct.unpack_from("<qqII", view, pos)
+            pos += 24
+            for _ in range(n_pending):
+                at, m = struct.unpack_from("<qI", view, pos)
+                self._pending.append((at, m))
+                pos += 12
+            sizes = list(struct.unpack_from(f"<{n_lists}I", view, pos))
+            pos += 4 * n_lists
         if pos != len(data):
             raise ValueError(f"data: {len(data) - pos} trailing bytes after the SubWindowTopK state")
-        first = (index if has_index else 0) - n_lists
-        for i, (items, kth) in enumerate(lists):
+        start = (index if has_index else 0) - sum(sizes)
+        for (items, kth), size in zip(lists, sizes, strict=True):
             self._summaries.append((items, kth))
-            self._indexes.append(first + i)
+            self._indexes.append(start)
+            self._sizes.append(size)
+            start += size
             self._filled.append(bool(items))  # a top-k list is empty exactly when its counts are
             self._n_filled += bool(items)
             for key, c in items:

@@ -63,8 +63,19 @@ class TopKMerge:
         self._topk.resize(N)
         self.params = self.params._replace(N=int(N))
         self._n_sub = self.params.N // self.params.b
+        if self._topk.index is not None:
+            self._drop_totals(self._topk.index - self._n_sub)
+
+    def set_granularity(self, m: int, at: int | None = None) -> None:
+        """Sub-windows of ``m·b`` from index ``at`` (in ``b``) on: ``SubWindowTopK.set_granularity``
+        (the granularity operator Γ; the caller passes each coarse sub-window's summed counts and
+        start index to :meth:`add_subwindow`)."""
+        self._topk.set_granularity(m, at)
+
+    def _drop_totals(self, floor: int) -> None:
+        """Drop the totals of the sub-windows starting before ``floor`` (they left the window)."""
         totals = self._totals
-        while len(totals) > self._n_sub:
+        while totals and totals[0][0] < floor:
             self._window_total -= totals.popleft()[1]
 
     def add_subwindow(self, counts: Mapping[str, int], index: int, total: int) -> list[tuple[Any, ...]]:
@@ -73,20 +84,21 @@ class TopKMerge:
         reports = self._topk.add_subwindow_held(counts, index)
         totals = self._totals
         total = int(total)
-        b, n_sub = self.params.b, self._n_sub
+        n_sub = self._n_sub
+        b = self.params.b
         added = False
         rows: list[tuple[Any, ...]] = []
         # Each report with the sub-window whose closing made it (windows without data make none);
         # closings ascend, so the window total moves forward: add sub-window `index`'s total when
         # its own window is reported (the last one), drop those that left each window.
-        for closing, delta, items, held in reports:
+        for closing, delta, items, held, end_ns in reports:
             if closing >= index and not added:
                 totals.append((index, total))
                 self._window_total += total
                 added = True
-            while totals and totals[0][0] <= closing - n_sub:
-                self._window_total -= totals.popleft()[1]
-            end_ns = (closing + 1) * b
+            # the window holds the sub-windows starting at or after its end - N
+            if totals and totals[0][0] < end_ns // b - n_sub:
+                self._drop_totals(end_ns // b - n_sub)
             window_total = self._window_total
             if not items:
                 rows.append((end_ns, delta, 0, None, None, window_total, held))
@@ -95,8 +107,9 @@ class TopKMerge:
         if not added:
             totals.append((index, total))
             self._window_total += total
-        while totals[0][0] <= index - n_sub:  # keep this window's totals only
-            self._window_total -= totals.popleft()[1]
+        end = self._topk.index  # the end of sub-window `index` (index + 1, or + m under Γ)
+        assert end is not None
+        self._drop_totals(end - n_sub)  # keep this window's totals only
         return rows
 
     def to_bytes(self) -> bytes:

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics._base import Base
+from analytics.granularity import FROM_START, coarse_starts
 from analytics.keys import as_numpy, key_codes, parse_key, weight_values
 from analytics.late import LateRule
 from analytics.timetext import parse_duration_ns
@@ -120,6 +121,15 @@ class OfflineTopK(Base):
         Time-based: the watermark delay ``d`` (integer ns or a duration text, ``0`` by default).
         A record more than ``d`` behind the newest timestamp seen before it is late; sub-window
         ``i`` closes once a timestamp reaches ``(i+1)*b + d`` (the module docstring).
+    granularity
+        Time-based: the granularity operator Γ's schedule (``analytics.granularity``), the
+        sub-window ``m·b`` from each fine index (``ts_ns // b``) on: an ``m`` from the start, or
+        ``[(start, m), ...]`` ascending (the first start at or before the data, e.g.
+        ``FROM_START``), each start a multiple of the ``m`` before and its own — what the
+        pipeline's ``netmon tune --granularity`` made (``pipeline.topk``), so the same change at
+        the same instant gives the same rows. The fine sub-windows' full counts are summed into
+        each coarse one before its top-k is taken; a coarse sub-window closes once a timestamp
+        reaches its end + ``d``.
 
     Examples
     --------
@@ -147,6 +157,7 @@ class OfflineTopK(Base):
         time_based: bool = False,
         exact: bool = False,
         watermark: int | str | timedelta = 0,
+        granularity: int | Sequence[tuple[int, int]] = 1,
     ) -> None:
         self.key = key
         self.N = N
@@ -156,6 +167,7 @@ class OfflineTopK(Base):
         self.time_based = time_based
         self.exact = exact
         self.watermark = watermark
+        self.granularity = granularity
         self._fields = parse_key(key)
         if weight not in ("packets", "bytes"):
             raise ValueError(f"weight: expected 'packets' or 'bytes', got {weight!r}")
@@ -172,6 +184,16 @@ class OfflineTopK(Base):
             n_units, b_units, k, time_based=time_based
         )
         self._b_units = int(b_units)
+        schedule = [(FROM_START, granularity)] if isinstance(granularity, int) else list(granularity)
+        #: Γ's schedule: None without one (every sub-window one b)
+        self._schedule: list[tuple[int, int]] | None = None
+        if schedule != [(FROM_START, 1)]:
+            if not time_based:
+                raise ValueError("granularity: the granularity operator is for time-based windows")
+            self._algorithm.set_granularity(schedule[0][1])
+            for start, m in schedule[1:]:
+                self._algorithm.set_granularity(m, start)
+            self._schedule = [(FROM_START, schedule[0][1]), *schedule[1:]]
         self.records = 0  # records counted (with the key, not late)
         self.skipped = 0  # records without the key's fields
         self.late = 0  # time-based: records more than the watermark delay behind, dropped
@@ -260,6 +282,8 @@ class OfflineTopK(Base):
                 ts = ts[valid]
         if self.time_based:
             index = ts // self._b_units
+            if self._schedule is not None:
+                index = coarse_starts(self._schedule, index)[0]  # Γ: the coarse sub-window's start
             self.records += n_use
             closable = self._closable()
         else:
@@ -286,7 +310,10 @@ class OfflineTopK(Base):
         """Time-based: the last sub-window that event time has closed (its end + d <= M)."""
         if self._rule.newest is None:
             return _NEVER
-        return (self._rule.newest - self._delay_ns) // self._b_units - 1
+        first_open = (self._rule.newest - self._delay_ns) // self._b_units
+        if self._schedule is not None:  # Γ: the coarse sub-window holding it is open
+            first_open = int(coarse_starts(self._schedule, np.array([first_open]))[0][0])
+        return first_open - 1
 
     def _close_carry(self, closable: int) -> Iterator[dict[str, Any]]:
         """Close the open sub-windows up to ``closable`` (no new records), with their reports."""

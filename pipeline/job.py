@@ -474,6 +474,9 @@ class SharedBatch:
             limit = getattr(function, "limit_windows", None)
             if limit is not None:  # window reduction (the manager's; none without one)
                 limit(self.manager.windows if self.manager is not None else {})
+            coarsen = getattr(function, "coarsen", None)
+            if coarsen is not None:  # the manager's coarse step (seed 004 §4.3; the top-k kind)
+                coarsen(self.manager.granularity if self.manager is not None else {})
         specs = [spec for f in self.functions.values() for spec in f.specs]
         before = (self.state.load(batch_id) if self.state is not None else None) or {}
         newest = {int(p): int(ns) for p, ns in before.items()}

@@ -36,7 +36,9 @@ joins shed by PNI.
    back when it fits. Each kind applies them at the next batch boundary
    (``pipeline.window_knobs``: the same mechanism as ``netmon tune --window``, and every row
    says the window it held).
-   Granularity is not turned: no operator changes it at run time yet.
+   Before it, seed 004's coarse step (``[resources] granularity_steps`` = p): the ranged top-k
+   queries' sub-windows of the first ``f = (p − j)/p`` that fits are fixed (:meth:`_reduce`), and
+   the top-k kind's granularity operator takes them as floors (``SlidingTopK.coarsen``).
 
 5. **The intake box, last** (:meth:`ResourceManager._intake`): when every query's box at its
    floor is still estimated over the bound — the Kafka read and the decode of every record are
@@ -199,6 +201,8 @@ class ResourceManager:
             )
         if decision.get("windows", {}) != before.get("windows", {}):
             log.info("window reduction", extra={"batch": batch_id, "windows": decision.get("windows", {})})
+        if decision.get("granularity", {}) != before.get("granularity", {}):
+            log.info("coarse step", extra={"batch": batch_id, "granularity": decision.get("granularity", {})})
         return dict(decision["keep"])
 
     def observe(self, batch_id: int, packets: int, seconds: float, state_rows: int | None = None) -> None:
@@ -267,15 +271,36 @@ class ResourceManager:
         if measured is None or rate <= 0:
             return correction
         in_force = dict(before.get("windows") or {})
-        rows, _, _ = estimated(self.model, self._cfg, Workload(rate_pps=rate), in_force, keep)
+        grain = {str(n): int(x) for n, x in (before.get("granularity") or {}).items()}
+        rows, _, _ = estimated(self.model, self._cfg, Workload(rate_pps=rate), in_force, keep, grain)
         if rows <= 0:
             return correction
         ratio = measured / rows
         return ratio if correction is None else ALPHA * ratio + (1 - ALPHA) * correction
 
-    def _windows(
+    def _reduce(
         self, rate: float, keep: Mapping[str, float], state_correction: float | None = None
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
+        """Seed 004 §4.3 under the memory bound: ``{"windows": ..., "granularity": ...}``.
+
+        The coarse step first (``[resources] granularity_steps`` = p, ``analytics.window_plan``):
+        the ranged top-k queries' sub-window factors (query -> m > 1, up to
+        ``sub_window_max_factor``) of the first ``f = (p − j)/p`` whose estimate fits; then the
+        window bisection with them fixed (:meth:`_windows`). Both empty while everything fits at
+        the configured knobs: they go back as soon as the estimate at them fits again. The top-k
+        kind takes the factors as floors of its granularity operator (``pipeline.topk``).
+        """
+        windows, grain = self._windows(rate, keep, state_correction, with_granularity=True)
+        return {"windows": windows, "granularity": grain}
+
+    def _windows(
+        self,
+        rate: float,
+        keep: Mapping[str, float],
+        state_correction: float | None = None,
+        *,
+        with_granularity: bool = False,
+    ) -> Any:
         """Window reduction (seed 004 §4.3, ``analytics.window_plan``): the top-k and distinct
         queries with a QoS range (``window_range_s``; ``distinct/<name>`` for a distinct query,
         ``window_plan.window_key``) whose window the memory bound needs shorter than
@@ -292,10 +317,27 @@ class ResourceManager:
             if ("distinct" if key.startswith(DISTINCT_PREFIX) else "topk") in kinds
         }
         if not ranged:
-            return {}
+            return ({}, {}) if with_granularity else {}
         bound = self.resources.memory_bound / (state_correction or 1.0)
-        plan = plan_windows(self.model, self._cfg, Workload(rate_pps=rate), bound, keep=keep)
-        return {key: s for key, s in plan.windows.items() if key in ranged and s < ranged[key].window_s}
+        steps = self.resources.granularity_steps if "topk" in kinds else 0
+        plan = plan_windows(
+            self.model,
+            self._cfg,
+            Workload(rate_pps=rate),
+            bound,
+            keep=keep,
+            p=steps,
+            max_factor=self.resources.sub_window_max_factor,
+        )
+        windows = {key: s for key, s in plan.windows.items() if key in ranged and s < ranged[key].window_s}
+        if not with_granularity:
+            return windows
+        return windows, {key: m for key, m in plan.granularity.items() if key in ranged}
+
+    @property
+    def granularity(self) -> dict[str, int]:
+        """The top-k sub-window factors the last decided batch's coarse step sets (query -> m)."""
+        return {str(n): int(m) for n, m in (self.last.get("granularity") or {}).items()}
 
     @property
     def windows(self) -> dict[str, float]:
@@ -377,6 +419,7 @@ class ResourceManager:
             return {
                 "keep": _with_intake(keep, intake),
                 "windows": windows,
+                "granularity": dict(before.get("granularity") or {}),
                 "correction": correction,
                 "state_correction": before.get("state_correction"),
                 "load": before.get("load"),
@@ -393,7 +436,7 @@ class ResourceManager:
         if not correction:
             return {
                 "keep": _with_intake(keep, intake),
-                "windows": self._windows(reach, keep, state_correction),
+                **self._reduce(reach, keep, state_correction),
                 "correction": correction,
                 "state_correction": state_correction,
                 "load": load,
@@ -427,7 +470,7 @@ class ResourceManager:
         intake = self._intake(intake, need, chosen, correction, plan.feasible)
         return {
             "keep": _with_intake({n: x for n, x in chosen.items() if x < 1}, intake),
-            "windows": self._windows(rate * intake, chosen, state_correction),
+            **self._reduce(rate * intake, chosen, state_correction),
             "correction": correction,
             "state_correction": state_correction,
             "load": load,

@@ -12,6 +12,10 @@
 3. of each closed sub-window only its top-k rows (count descending, key text ascending —
    ``docs/topk.md`` convention 1) and its total reach the driver, where each query's
    :class:`analytics.topk_merge.TopKMerge` merges them in sub-window order and makes the reports;
+   With a granularity change (``netmon tune --granularity``, the resource manager's coarse
+   step: seed 004's operator Γ, ``analytics.granularity``), the closed fine sub-windows' full
+   counts are first summed into the coarse sub-window of the query's schedule, and a coarse
+   sub-window closes (or a row is late) by the coarse sub-window's end;
 4. the reports are written as rows and committed per batch (``pipeline.batch_sink``); the merge
    states, the watermark and the open counts are the batch's state version
    (``pipeline.batch_state``), so a batch that Spark runs again starts from the state before it.
@@ -47,6 +51,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from analytics.granularity import FROM_START, coarse_starts, plan_change, pruned
 from analytics.keys import KEY_SEPARATOR, parse_key
 from analytics.sampling import count_interval
 from analytics.topk_merge import QueryParams, TopKMerge
@@ -55,7 +60,7 @@ from pipeline.batch_sink import write_table
 from pipeline.batch_state import BatchState
 from pipeline.partials import INTAKE, CountSpec
 from pipeline.topk_state import OUTPUT_SCHEMA, TopKMergeProcessor
-from pipeline.window_knobs import WindowKnobs, window_file
+from pipeline.window_knobs import GranularityKnobs, WindowKnobs, granularity_file, window_file
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -100,6 +105,9 @@ RESULT_SCHEMA = pa.schema(
         # The span the window held (issue 18 item 4): window_s, except after a window change at
         # run time while a longer window fills (pipeline.window_knobs); null in older rows
         ("window_s", pa.float64()),
+        # The sub-window of the report's closing sub-window (seed 004's granularity knob):
+        # sub_window_s, or a multiple after netmon tune --granularity; null in older rows
+        ("sub_window_s", pa.float64()),
     ]
 )
 
@@ -230,10 +238,16 @@ class SlidingTopK:
         *,
         watermark_ms: int,
         windows: Path | None = None,
+        granularity: Path | None = None,
+        max_factor: float = 4.0,
     ) -> None:
         self.queries = tuple(queries)
         #: each batch's windows: the configured ones, or those ``netmon tune --window`` asks for
         self.knobs = WindowKnobs(self.queries, windows, Path(checkpoint) / "windows")
+        #: each batch's sub-window factors (Γ): 1, or what ``netmon tune --granularity`` asks for
+        self.grains = GranularityKnobs(
+            self.queries, granularity, Path(checkpoint) / "granularity", max_factor=max_factor
+        )
         self.params = {q.name: query_params(q) for q in self.queries}
         self.results = Path(results)
         self.store = Path(checkpoint)
@@ -255,6 +269,11 @@ class SlidingTopK:
         #: the intake drop box's fraction in force for the next batch (before the decode)
         self.intake = 1.0
         self._bytes = {q.name for q in self.queries if q.weight == "bytes"}
+
+    def coarsen(self, factors: Mapping[str, int]) -> None:
+        """The resource manager's coarse step for the next batch (query -> m): each query's
+        sub-window is at least this coarse (``GranularityKnobs.decide``)."""
+        self.grains.floors = {name: int(m) for name, m in factors.items()}
 
     def limit_windows(self, windows: Mapping[str, float]) -> None:
         """The resource manager's window reduction for the next batch (query -> seconds): each
@@ -285,15 +304,17 @@ class SlidingTopK:
     def apply(self, counts: pa.Table, max_us: int | None, batch_id: int) -> None:
         """Merge the batch's counts (``pipeline.partials``); report every sub-window that closes."""
         windows = self.knobs.decide(batch_id)  # saved before the batch: a rerun resizes alike
+        factors = self.grains.decide(batch_id, windows)  # and coarsens alike
         before = self.state.load(batch_id) or {"watermark_ms": None, "merges": {}, "open": None}
         wm_before = before["watermark_ms"]
         watermark_ms = wm_before
         if max_us is not None:
             moved = max_us // 1000 - self.delay_ms
             watermark_ms = moved if watermark_ms is None else max(watermark_ms, moved)
+        schedules, changes = self._schedules(before, factors, wm_before)
         code = self._codes(counts["query"])
         sw = counts["sw"].to_numpy()
-        ends = (sw + 1) * self._b_us[code]
+        ends = self._coarse(code, sw, schedules)[1] * self._b_us[code]
         # Late: the sub-window had closed before this batch (its end at or before the watermark).
         late_mask = ends <= wm_before * 1000 if wm_before is not None else np.zeros(len(sw), bool)
         late = int(counts["records"].to_numpy()[late_mask].sum()) if late_mask.any() else 0
@@ -315,7 +336,8 @@ class SlidingTopK:
         )
         code = merged["code"].to_numpy()
         sw = merged["sw"].to_numpy()
-        ends = (sw + 1) * self._b_us[code]
+        starts, coarse_ends = self._coarse(code, sw, schedules)
+        ends = coarse_ends * self._b_us[code]
         closed = ends <= watermark_ms * 1000 if watermark_ms is not None else np.zeros(len(sw), bool)
         # The open sub-windows' partial counts: the next batch's start.
         open_name = f"open-{batch_id:06d}.parquet"
@@ -346,12 +368,36 @@ class SlidingTopK:
                     },
                 )
                 merge.resize(windows[name])
+            if name in changes and changes[name] != (FROM_START, 1):
+                at, m = changes[name]
+                # Γ (seed 004's granularity knob): in force from `at`, the first instant at or
+                # after this batch's first open sub-window on both the old and the new grid.
+                log.info(
+                    "granularity change",
+                    extra={
+                        "query": name,
+                        "batch": batch_id,
+                        "to_s": m * merge.params.b / 1e9,
+                        "at_sub_window": at,
+                    },
+                )
+                merge.set_granularity(m, None if at == FROM_START else at)
         by_code = [(name.removeprefix(SPEC), merges[name.removeprefix(SPEC)]) for name in self._names]
         # All rows in one list, cut into columns at the end by itemgetter (C loops): a day of
         # one-second slides is millions of rows, and zip(*rows) per report or once cost more.
         out_names: list[str] = []
         rows: list[tuple[Any, ...]] = []
-        for c, index, top, total in _closed_top_k(merged.filter(pa.array(closed)), self._ks):
+        sub_ns: list[int] = []
+        # Γ: the closed fine sub-windows' full counts summed into their coarse sub-windows (the
+        # schedule's), before each one's top-k is taken.
+        shut = merged.filter(pa.array(closed))
+        if any(len(x) > 1 or x[0][1] > 1 for x in schedules.values()):
+            shut = shut.set_column(1, "sw", pa.array(starts[closed], pa.int64()))
+            shut = shut.group_by(["code", "sw", "key"], use_threads=False).aggregate([("count", "sum")])
+            shut = shut.select(["code", "sw", "key", "count_sum"]).rename_columns(
+                ["code", "sw", "key", "count"]
+            )
+        for c, index, top, total in _closed_top_k(shut, self._ks):
             name, merge = by_code[c]
             made = merge.add_subwindow(top, index, total)
             if made:
@@ -359,6 +405,7 @@ class SlidingTopK:
                 rows += _with_precision(
                     made, keeps.get(name, []), self.params[name], interval=name not in self._bytes
                 )
+                sub_ns += _sub_window_ns(made, schedules[name], self.params[name].b)
         if watermark_ms is not None:
             for name, by_sw in keeps.items():
                 # A sub-window's fraction matters until the last window holding it is reported:
@@ -366,7 +413,8 @@ class SlidingTopK:
                 p = merges[name].params  # the window in force (a growing one: its target)
                 last_closed = (watermark_ms * 1000 * _NS_PER_US) // p.b - 1
                 keeps[name] = [r for r in by_sw if r[1] > last_closed - p.N // p.b]
-        out_columns = [list(map(itemgetter(i), rows)) for i in range(len(RESULT_SCHEMA.names) - 1)]
+        out_columns = [list(map(itemgetter(i), rows)) for i in range(len(RESULT_SCHEMA.names) - 2)]
+        out_columns.append(sub_ns)
         write_table(_result_table(out_names, out_columns), self.results, batch_id)
         self.state.save(
             batch_id,
@@ -375,6 +423,7 @@ class SlidingTopK:
                 "merges": {name: base64.b64encode(m.to_bytes()).decode() for name, m in merges.items()},
                 "open": open_name,
                 "keeps": {name: [list(r) for r in ranges] for name, ranges in keeps.items() if ranges},
+                "schedules": self._pruned(schedules, watermark_ms),
             },
         )
         self._drop_open(keep={open_name, before["open"]})
@@ -383,6 +432,76 @@ class SlidingTopK:
         # query's list pairs and global counters, and the open sub-windows' partial counts.
         self.state_rows = held.num_rows + sum(m.algorithm.space for m in merges.values())
         log.debug("topk batch", extra={"batch": batch_id, "rows": len(out_names), "late": late})
+
+    def _schedules(
+        self, before: Mapping[str, Any], factors: Mapping[str, int], wm_before: int | None
+    ) -> tuple[dict[str, list[tuple[int, int]]], dict[str, tuple[int, int]]]:
+        """Each query's Γ schedule for this batch (``analytics.granularity``) and the changes it
+        makes, query -> ``(at, m)``.
+
+        A query without one yet (the first batch, before any watermark) takes its factor from
+        the start. A change asked at this batch's boundary takes effect at the first index at or
+        after the first fine sub-window not yet closed (``watermark // b``) that is a multiple of
+        both sub-windows (CKSV: coarser to finer only at instants of the coarser one; we ask the
+        same both ways). Saved with the batch's state, so a rerun changes at the same instant.
+        """
+        saved = before.get("schedules", {})
+        schedules: dict[str, list[tuple[int, int]]] = {}
+        changes: dict[str, tuple[int, int]] = {}
+        for q in self.queries:
+            m = factors.get(q.name, 1)
+            if q.name not in saved:
+                # States written before Γ: every sub-window so far one b.
+                first = 1 if q.name in before["merges"] else m
+                schedule = [(FROM_START, first)]
+            else:
+                schedule = [(int(s), int(x)) for s, x in saved[q.name]]
+            if q.name not in before["merges"]:  # a fresh merge (a new query): m from its start
+                schedule = [(FROM_START, m)]
+                changes[q.name] = (FROM_START, m)
+            elif m != schedule[-1][1]:
+                if wm_before is None:  # nothing closed yet: from the start
+                    at, schedule = FROM_START, [(FROM_START, m)]
+                else:
+                    b_us = self.params[q.name].b // _NS_PER_US
+                    planned, schedule = plan_change(schedule, (wm_before * 1000) // b_us, m)
+                    assert planned is not None
+                    at = planned
+                changes[q.name] = (at, m)
+            schedules[q.name] = schedule
+        return schedules, changes
+
+    def _coarse(
+        self, code: np.ndarray, sw: np.ndarray, schedules: Mapping[str, list[tuple[int, int]]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each fine row's coarse sub-window under its query's schedule: start and end (in b)."""
+        starts = sw.astype(np.int64, copy=True)
+        ends = starts + 1
+        for c, prefixed in enumerate(self._names):
+            schedule = schedules[prefixed.removeprefix(SPEC)]
+            if schedule == [(FROM_START, 1)]:
+                continue
+            mine = code == c
+            start, m = coarse_starts(schedule, sw[mine])
+            starts[mine] = start
+            ends[mine] = start + m
+        return starts, ends
+
+    def _pruned(
+        self, schedules: Mapping[str, list[tuple[int, int]]], watermark_ms: int | None
+    ) -> dict[str, list[list[int]]]:
+        """The schedules to save: what maps the fine sub-windows not yet closed. Every fine
+        index before the first open coarse sub-window is in a closed one (late) under the pruned
+        schedule too, its first entry's factor dividing that sub-window's start."""
+        out = {}
+        for name, schedule in schedules.items():
+            if watermark_ms is not None and len(schedule) > 1:
+                b_us = self.params[name].b // _NS_PER_US
+                first_open = (watermark_ms * 1000) // b_us
+                oldest = int(coarse_starts(schedule, np.array([first_open]))[0][0])
+                schedule = pruned(schedule, oldest)
+            out[name] = [[s, m] for s, m in schedule]
+        return out
 
     def _kept(
         self, saved: dict[str, list[list[float]]], fresh: pa.Table, wm_before: int | None, max_us: int | None
@@ -473,6 +592,14 @@ def _closed_top_k(closed: pa.Table, k: np.ndarray) -> Iterator[tuple[int, int, d
         lo = hi
 
 
+def _sub_window_ns(made: list[tuple[Any, ...]], schedule: list[tuple[int, int]], b: int) -> list[int]:
+    """The length (ns) of each report's closing sub-window: the one ending at the row's end."""
+    if len(schedule) == 1:
+        return [schedule[0][1] * b] * len(made)
+    last = np.array([row[0] // b - 1 for row in made], np.int64)
+    return (coarse_starts(schedule, last)[1] * b).tolist()
+
+
 def _with_precision(
     made: list[tuple[Any, ...]],
     keeps: list[tuple[int, int, float]],
@@ -510,13 +637,14 @@ def _with_precision(
 
 def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
     """Query names and the ``(window_end_ns, delta, rank, key, count, total, window_ns, keep,
-    count_low, count_high)`` columns: ``RESULT_SCHEMA``."""
+    count_low, count_high, sub_window_ns)`` columns: ``RESULT_SCHEMA``."""
     ends_us = np.asarray(columns[0], np.int64) // _NS_PER_US
     n = len(names)
     window_s = np.asarray(columns[6], np.float64) / 1e9 if n else np.zeros(0)
     keep = columns[7] if len(columns) > 7 else [1.0] * n
     low = columns[8] if len(columns) > 8 else columns[4]
     high = columns[9] if len(columns) > 9 else columns[4]
+    sub_s = np.asarray(columns[10], np.float64) / 1e9 if len(columns) > 10 and n else np.full(n, np.nan)
     return pa.table(
         [
             pa.array(names, pa.string()),
@@ -530,6 +658,7 @@ def _result_table(names: list[str], columns: list[list[Any]]) -> pa.Table:
             pa.array(low, pa.int64()),
             pa.array(high, pa.int64()),
             pa.array(window_s, pa.float64()),
+            pa.array(sub_s, pa.float64(), from_pandas=True),
         ],
         schema=RESULT_SCHEMA,
     )
@@ -543,4 +672,6 @@ def build_topk_batch(cfg: Config, results: Path, checkpoint: Path) -> SlidingTop
         checkpoint,
         watermark_ms=round(cfg.pipeline.watermark_s * 1000),
         windows=window_file(cfg),
+        granularity=granularity_file(cfg),
+        max_factor=cfg.resources.sub_window_max_factor,
     )

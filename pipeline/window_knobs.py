@@ -19,6 +19,14 @@ A file that cannot be read, a query that is not one of the kind's, or a window i
 take (not a multiple of the sub-window, outside ``window_range_s``) is logged once and left out:
 a knob never stops the pipeline. Without an entry a query runs with its configured ``window_s``
 (so a window changed in the configuration takes effect at a restart the same way).
+
+The granularity knob (seed 004's CKSV "granularity"): ``netmon tune --granularity QUERY=SECONDS``
+writes a top-k query's sub-window into ``<data_dir>/control/granularity.json``;
+:class:`GranularityKnobs` decides each batch's factor ``m`` (a whole multiple of the configured
+``sub_window_s``, at most ``[resources] sub_window_max_factor``, the window a multiple of it),
+saved before the batch like the windows, and the top-k kind's granularity operator
+(``pipeline.topk``, ``analytics.granularity``) puts it in force at the first instant that is a
+multiple of both the old and the new sub-window.
 """
 
 from __future__ import annotations
@@ -34,7 +42,19 @@ from netmon.config import Config
 from netmon.config.checks import ConfigError
 from pipeline.batch_state import BatchState
 
-__all__ = ["KINDS", "Windowed", "WindowKnobs", "read_windows", "window_file", "window_key", "write_windows"]
+__all__ = [
+    "KINDS",
+    "Grained",
+    "GranularityKnobs",
+    "WindowKnobs",
+    "Windowed",
+    "granularity_factor",
+    "granularity_file",
+    "read_windows",
+    "window_file",
+    "window_key",
+    "write_windows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +191,115 @@ class WindowKnobs:
         return mine
 
     def _refuse(self, what: tuple[str, Any], message: str) -> None:
+        if what not in self._refused:  # once per problem, not once per batch
+            self._refused.add(what)
+            log.warning(message)
+
+
+# -- the granularity knob (seed 004's CKSV "granularity", the coarse step) ------------------------
+
+
+def granularity_file(cfg: Config) -> Path:
+    """The control file of the top-k sub-windows wanted (``netmon tune --granularity`` writes it):
+    ``<data_dir>/control/granularity.json``, ``{"top-sources": 2}`` (seconds), replaced atomically
+    and read as :func:`read_windows` reads the windows."""
+    return Path(cfg.paths.data_dir) / "control" / "granularity.json"
+
+
+class Grained(Protocol):
+    """A top-k query with a granularity knob (``TopKQuery``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sub_window_s(self) -> float: ...
+
+
+def granularity_factor(
+    q: Grained, seconds: float, window_s: float, max_factor: float
+) -> tuple[int, str | None]:
+    """``(m, problem)``: the whole factor ``seconds / sub_window_s`` and what makes it refused
+    (None: it can be taken at the window ``window_s``).
+
+    >>> from netmon.config import TopKQuery
+    >>> q = TopKQuery(name="src", key="src_ip", window_s=6.0, sub_window_s=1.0, k=3)
+    >>> granularity_factor(q, 2, 6, 4.0), granularity_factor(q, 4, 6, 4.0)[1]
+    ((2, None), "top-k query 'src': sub-window 4 s: the window 6 s is not a multiple of it")
+    """
+    where = f"top-k query {q.name!r}: sub-window {seconds:g} s"
+    b_us, s_us = round(q.sub_window_s * 1e6), round(seconds * 1e6)
+    m = s_us // b_us if b_us else 0
+    if not (s_us > 0 and abs(seconds * 1e6 - s_us) < 1e-3 and s_us % b_us == 0):
+        return m, f"{where} is not a whole multiple of sub_window_s = {q.sub_window_s:g}"
+    if m > max_factor:
+        limit = f"sub_window_max_factor = {max_factor:g} times sub_window_s = {q.sub_window_s:g}"
+        return m, f"{where} is more than {limit}"
+    if round(window_s * 1e6) % s_us:
+        return m, f"{where}: the window {window_s:g} s is not a multiple of it"
+    return m, None
+
+
+class GranularityKnobs:
+    """Each batch's top-k sub-window factors ``m`` (Γ), decided once and saved before the batch.
+
+    What ``netmon tune --granularity`` asks (:func:`granularity_file`), made at least as coarse
+    as the resource manager's coarse step (:attr:`floors`, factors); an entry that cannot be
+    taken at the batch's window (:func:`granularity_factor`) is logged once and left out, and
+    then the query's configured sub-window (``m = 1``) or the manager's floor holds. A batch that
+    Spark runs again reads the saved factors, whatever the control file says by then.
+    """
+
+    def __init__(
+        self, queries: Sequence[Grained], control: Path | None, directory: Path, *, max_factor: float = 4.0
+    ) -> None:
+        self.queries = {q.name: q for q in queries}
+        self.control = control
+        self.max_factor = max_factor
+        self.state = BatchState(Path(directory))
+        self._refused: set[tuple[str, Any]] = set()
+        #: the resource manager's coarse step (query -> m): a sub-window is at least this coarse
+        self.floors: dict[str, int] = {}
+
+    def decide(self, batch_id: int, windows_ns: Mapping[str, int]) -> dict[str, int]:
+        """The factor ``m`` of every query in batch ``batch_id`` at its window (a rerun reads the
+        saved ones)."""
+        mine = self.state.load(batch_id + 1)
+        if mine is not None and mine.get("batch_id") == batch_id:
+            return {name: int(m) for name, m in mine["granularity"].items()}
+        factors = dict.fromkeys(self.queries, 1)
+        for name, seconds in self._wanted().items():
+            q = self.queries.get(name)
+            if q is None:
+                known = ", ".join(sorted(self.queries))
+                self._refuse(
+                    (name, seconds),
+                    f"{self.control}: no top-k query {name!r} (top-k queries: {known}); left out",
+                )
+                continue
+            m, problem = granularity_factor(q, seconds, windows_ns[name] / _NS, self.max_factor)
+            if problem is not None:
+                self._refuse((name, seconds, windows_ns[name]), f"{self.control}: {problem}; left out")
+                continue
+            factors[name] = m
+        for name, m in self.floors.items():
+            q = self.queries.get(name)
+            if q is None or m <= factors[name]:
+                continue
+            if granularity_factor(q, m * q.sub_window_s, windows_ns[name] / _NS, self.max_factor)[1] is None:
+                factors[name] = m
+        self.state.save(batch_id, {"batch_id": batch_id, "granularity": factors})
+        return factors
+
+    def _wanted(self) -> dict[str, float]:
+        if self.control is None:
+            return {}
+        try:
+            return read_windows(self.control)
+        except ConfigError as exc:
+            self._refuse(("file", str(exc)), f"{exc}; the configured sub-windows stay")
+            return {}
+
+    def _refuse(self, what: tuple[Any, ...], message: str) -> None:
         if what not in self._refused:  # once per problem, not once per batch
             self._refused.add(what)
             log.warning(message)

@@ -5,11 +5,16 @@ running manager (``[resources] manage = true``, ``pipeline.resource_manager``) r
 next batch, so a change is in force within one trigger, without a restart. ``--window`` sets a
 top-k or a distinct query's window (``<data_dir>/control/windows.json``, ``pipeline.window_knobs``),
 read by the running pipeline at its next batch whether or not the manager is on: ``NAME`` is the
-query of that name (``topk/NAME`` or ``distinct/NAME`` when both kinds have one). Without options
+query of that name (``topk/NAME`` or ``distinct/NAME`` when both kinds have one).
+``--granularity`` sets a top-k query's sub-window (seed 004's granularity knob:
+``<data_dir>/control/granularity.json``), a whole multiple of its ``sub_window_s`` up to
+``[resources] sub_window_max_factor`` times it that divides the window in force; the running
+pipeline puts it in force at the first instant on both the old and the new grid. Without options
 it shows the knobs in force; ``--clear`` goes back to the configuration.
 
     netmon tune --cpu-budget 0.5 --importance top-sources=4 --keep-min-of top-pairs=0.5
     netmon tune --window top-sources=30 --window ddos=120
+    netmon tune --granularity top-sources=2
 """
 
 from __future__ import annotations
@@ -52,6 +57,13 @@ def _pairs(option: str, values: tuple[str, ...]) -> dict[str, float]:
     help="A top-k or distinct query's window from the next batch on (a multiple of its sub-window; "
     "topk/NAME or distinct/NAME when both kinds have a query NAME).",
 )
+@click.option(
+    "--granularity",
+    multiple=True,
+    metavar="QUERY=SECONDS",
+    help="A top-k query's sub-window from the next batch on (a whole multiple of its sub_window_s, "
+    "at most sub_window_max_factor times it, dividing its window).",
+)
 @click.option("--clear", is_flag=True, help="Remove every override: back to the configuration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the knobs in force as JSON.")
 @pass_config
@@ -63,6 +75,7 @@ def command(
     importance: tuple[str, ...],
     keep_min_of: tuple[str, ...],
     window: tuple[str, ...],
+    granularity: tuple[str, ...],
     clear: bool,
     as_json: bool,
 ) -> None:
@@ -104,6 +117,7 @@ def command(
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     windows = _windows(cfg, window, clear)
+    grains = _granularities(cfg, granularity, clear, windows, res.sub_window_max_factor)
     changed = (
         clear or any(v is not None for v in (cpu_budget, reserve, keep_min)) or importance or keep_min_of
     )
@@ -121,6 +135,10 @@ def command(
     if as_json:
         body = {**shown, "overridden": sorted(overrides), "manage": res.manage}
         body.update(windows=in_use, windows_overridden=sorted(windows))
+        body.update(
+            sub_windows={q.name: grains.get(q.name, q.sub_window_s) for q in cfg.queries.topk},
+            sub_windows_overridden=sorted(grains),
+        )
         click.echo(json.dumps(body, sort_keys=True))
         return
     for key, value in shown.items():
@@ -129,7 +147,10 @@ def command(
     for key, seconds in in_use.items():
         mark = " (overridden)" if key in windows else ""
         click.echo(f"{'window ' + key:<18} {seconds:g} s{mark}")
-    if not res.manage and not (window and not changed):  # the windows need no manager
+    for q in cfg.queries.topk:
+        mark = " (overridden)" if q.name in grains else ""
+        click.echo(f"{'sub-window ' + q.name:<18} {grains.get(q.name, q.sub_window_s):g} s{mark}")
+    if not res.manage and not ((window or granularity) and not changed):  # the windows need no manager
         click.echo(
             "note: [resources] manage is false: no resource manager reads these until it is on", err=True
         )
@@ -157,6 +178,39 @@ def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, floa
         else:
             path.unlink(missing_ok=True)
     return windows
+
+
+def _granularities(
+    cfg: Config, given: tuple[str, ...], clear: bool, windows: dict[str, float], max_factor: float
+) -> dict[str, float]:
+    """The top-k sub-windows asked for (``pipeline.window_knobs.granularity_file``), checked
+    against their query at the window in force (``windows``, else ``window_s``); written when
+    changed."""
+    from pipeline.window_knobs import granularity_factor, granularity_file, read_windows, write_windows
+
+    path = granularity_file(cfg)
+    try:
+        grains = {} if clear else read_windows(path)
+    except ConfigError as exc:
+        raise click.ClickException(f"{exc} (netmon tune --clear starts afresh)") from None
+    queries = {q.name: q for q in cfg.queries.topk}
+    for name, seconds in _pairs("--granularity", given).items():
+        q = queries.get(name.removeprefix("topk/"))
+        if q is None:
+            raise click.UsageError(
+                f"--granularity: no top-k query {name!r} (top-k queries: {', '.join(queries) or 'none'})"
+            )
+        window_s = windows.get(q.name, q.window_s)
+        problem = granularity_factor(q, seconds, window_s, max_factor)[1]
+        if problem is not None:
+            raise click.UsageError(f"--granularity: {problem}")
+        grains[q.name] = seconds
+    if given or clear:
+        if grains:
+            write_windows(path, grains)
+        else:
+            path.unlink(missing_ok=True)
+    return grains
 
 
 def _windowed(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:

@@ -57,6 +57,9 @@ class ResourcesConfig:
     window_min_fraction: float = 0.25
     #: the coarsest sub-window a query may use, as a multiple of its configured sub_window_s
     sub_window_max_factor: float = 4.0
+    #: seed 004 §4.3's coarse step, ``p``: the manager tries f = (p − j)/p, j = 0..p, for the
+    #: ranged top-k queries' sub-windows before it reduces windows (0: no coarse step)
+    granularity_steps: int = 2
     #: the lowest sampling fraction a drop box may keep (seed 000 §5.2, lower bound ℓ)
     keep_min: float = 0.1
     #: run the resource manager (pipeline.resource_manager): under overload, drop boxes before
@@ -88,6 +91,9 @@ class ResourcesConfig:
         factor = self.sub_window_max_factor
         ok = isinstance(factor, float | int) and math.isfinite(factor) and factor >= 1
         expect(ok, where, "sub_window_max_factor", "a number >= 1", factor)
+        steps = self.granularity_steps
+        ok = isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0
+        expect(ok, where, "granularity_steps", "an integer >= 0", steps)
         ok = isinstance(self.keep_min, float | int) and 0 < self.keep_min <= 1
         expect(ok, where, "keep_min", "a fraction in (0, 1]", self.keep_min)
         ok = isinstance(self.intake_min, float | int) and not isinstance(self.intake_min, bool)

@@ -359,3 +359,35 @@ def test_an_older_calibration_without_the_pipeline_terms_loads(tmp_path: Path) -
     path.write_text(json.dumps({"constants": {**old, "decode_row_s": 2e-6}}))
     got = load_constants(tmp_path)
     assert got.decode_row_s == 2e-6 and got.stage1_factor == 1.0 and got.stage1_batch_s == 0.0
+
+
+def test_topk_under_the_granularity_operator_against_a_simulated_stream() -> None:
+    """Γ with m = 3 (sub-windows of 3 b from stage-1 counts per b): Alg. 6 fed the summed counts of
+    a simulated uniform stream keeps N/(m·b) lists of min(k, K_g) pairs, as the model says; the
+    partial rows stay the fine ones; m = 1 is the plain formula."""
+    rate, keys, k, b, window, m = 400.0, 2_000, 50, 1.0, 30.0, 3
+    q = TopKQuery(name="t", key="src_ip", window_s=window, sub_window_s=b, k=k)
+    model, w = CostModel(), Workload(rate_pps=rate, key_cardinality=keys)
+    assert model.topk(w, q) == model.topk(w, q, m=1)
+    est = model.topk(w, q, m=m)
+    assert est.knobs["sub_window_s"] == m * b
+    assert est.ops["partial_rows"] == pytest.approx(distinct_keys(rate * b, keys) / b)
+    assert est.ops["topk_keys"] == pytest.approx(distinct_keys(rate * m * b, keys) / (m * b))
+    rng = np.random.default_rng(11)
+    topk = SubWindowTopK(round(window * 1e9), round(b * 1e9), k, time_based=True).set_granularity(m)
+    fine_keys = []
+    for start in range(0, 90, m):
+        summed: dict[str, int] = {}
+        for _ in range(m):
+            drawn = rng.integers(0, keys, int(rate * b))
+            fine_keys.append(len(set(drawn.tolist())))
+            for key in drawn.tolist():
+                summed[str(key)] = summed.get(str(key), 0) + 1
+        topk.add_subwindow(summed, start)
+    lists = window / (m * b) * min(k, distinct_keys(rate * m * b, keys))
+    assert topk.space - len(topk._global) == pytest.approx(lists)
+    # the model's state: those lists and as many counters, and the fine partial counts of the
+    # coarse sub-windows open within the watermark
+    open_rows = (math.ceil(model.watermark_s / (m * b)) + 1) * m * distinct_keys(rate * b, keys)
+    assert est.state_rows == pytest.approx(2 * lists + open_rows)
+    assert float(np.mean(fine_keys)) == pytest.approx(distinct_keys(rate * b, keys), rel=0.03)

@@ -128,3 +128,53 @@ def test_a_top_k_or_distinct_window_is_checked_written_shown_and_cleared(tmp_pat
     assert read_windows(window_file(cfg)) == expected  # refused: nothing changed
     assert _tune(config, "--clear").exit_code == 0
     assert not window_file(cfg).exists()
+
+
+def test_a_top_k_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
+    """``--granularity QUERY=SECONDS``: what the running top-k kind's granularity operator reads at
+    its next batch (``pipeline.window_knobs.GranularityKnobs``); refused with a one-line reason
+    naming the query and the rule when it cannot be taken at the window in force."""
+    from pipeline.window_knobs import granularity_file, read_windows
+
+    config = tmp_path / "netmon.toml"
+    config.write_text(
+        f'[paths]\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[queries.topk]]\nname = "src"\nwindow_s = 12\nsub_window_s = 1\n'
+        '[[queries.topk]]\nname = "dst"\nkey = "dst_ip"\nwindow_s = 16\nsub_window_s = 2\n'
+    )
+    cfg = load_config(config)
+    done = _tune(config, "--granularity", "src=3")
+    assert done.exit_code == 0, done.output
+    assert "sub-window src     3 s (overridden)" in done.output and "sub-window dst     2 s\n" in done.output
+    assert "manage is false" not in done.output  # the sub-windows need no resource manager
+    assert read_windows(granularity_file(cfg)) == {"src": 3.0}
+    done = _tune(config, "--granularity", "topk/dst=8", "--json")
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)
+    assert shown["sub_windows"] == {"src": 3.0, "dst": 8.0} and shown["sub_windows_overridden"] == [
+        "dst",
+        "src",
+    ]
+    for args, message in (
+        (
+            ("--granularity", "src=2.5"),
+            "--granularity: top-k query 'src': sub-window 2.5 s is not a whole multiple",
+        ),
+        (
+            ("--granularity", "src=5"),
+            "top-k query 'src': sub-window 5 s is more than sub_window_max_factor = 4",
+        ),
+        (
+            ("--granularity", "dst=6"),
+            "top-k query 'dst': sub-window 6 s: the window 16 s is not a multiple of it",
+        ),
+        (("--granularity", "nosuch=2"), "--granularity: no top-k query 'nosuch' (top-k queries: src, dst)"),
+        (("--window", "src=8", "--granularity", "src=3"), "sub-window 3 s: the window 8 s is not a multiple"),
+    ):
+        done = _tune(config, *args)
+        assert done.exit_code != 0 and message in done.output, (args, done.output)
+        errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and message in errors[0], done.output  # one line
+    assert read_windows(granularity_file(cfg)) == {"src": 3.0, "dst": 8.0}  # refused: nothing changed
+    assert _tune(config, "--clear").exit_code == 0
+    assert not granularity_file(cfg).exists()

@@ -223,7 +223,13 @@ def test_window_reduction_when_the_state_is_over_the_memory_budget(
         pipeline={"max_batch_messages": 4},
         queries={"topk": (ranged,)},
         # CPU to spare (no drop box), state over any budget: the window goes to its minimum
-        resources={"manage": True, "cpu_budget": 64.0, "memory_budget": "1k", "intake_min": 1.0},
+        resources={
+            "manage": True,
+            "cpu_budget": 64.0,
+            "memory_budget": "1k",
+            "intake_min": 1.0,
+            "granularity_steps": 0,
+        },
     )
     acked = _replay(cfg, SAMPLE, records_per_message=100)
     pipeline = start_pipeline(spark, cfg, kinds=("traffic", "topk", "sys"))

@@ -307,7 +307,15 @@ def test_window_reduction_under_the_memory_budget_and_back(tmp_path: Path) -> No
     # a budget the full window at 40k packets/s does not fit, a 20-s window does (no reserve)
     budget = int((at(40_000, 20.0) + at(40_000, 21.0)) / 2)
     cfg = dataclasses.replace(
-        cfg, resources=dataclasses.replace(cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0)
+        cfg,
+        resources=dataclasses.replace(
+            # the fine step alone (the coarse step: test_the_coarse_step_...)
+            cfg.resources,
+            manage=True,
+            memory_budget=str(budget),
+            reserve=0.0,
+            granularity_steps=0,
+        ),
     )
     clock = Clock()
     m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=clock)
@@ -364,7 +372,7 @@ def test_measured_state_corrects_the_memory_estimate(tmp_path: Path) -> None:
     cfg = dataclasses.replace(
         cfg,
         resources=dataclasses.replace(
-            cfg.resources, manage=True, memory_budget=str(int(full * 1.05)), reserve=0.0
+            cfg.resources, manage=True, memory_budget=str(int(full * 1.05)), reserve=0.0, granularity_steps=0
         ),
     )
     clock = Clock()
@@ -417,7 +425,15 @@ def test_distinct_windows_are_reduced_with_the_top_k_ones_and_the_distinct_kind_
 
     budget = int((at(40_000, 40.0) + at(40_000, 41.0)) / 2)  # 40 s fits, 41 s does not
     cfg = dataclasses.replace(
-        cfg, resources=dataclasses.replace(cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0)
+        cfg,
+        resources=dataclasses.replace(
+            # the fine step alone (the coarse step: test_the_coarse_step_...)
+            cfg.resources,
+            manage=True,
+            memory_budget=str(budget),
+            reserve=0.0,
+            granularity_steps=0,
+        ),
     )
     clock = Clock()
     m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=clock)
@@ -437,3 +453,69 @@ def test_distinct_windows_are_reduced_with_the_top_k_ones_and_the_distinct_kind_
     assert kind.knobs.decide(0) == {"ddos": 40 * 10**9}
     kind.limit_windows({"distinct/ddos": 5.0})  # outside the range: left out
     assert kind.knobs.decide(1) == {"ddos": 120 * 10**9}
+
+
+def test_the_coarse_step_fixes_the_finest_granularity_that_fits_then_reduces_windows_and_back(
+    tmp_path: Path,
+) -> None:
+    """Seed 004 §4.3 with p = 2 (CK-F7): f = 1, ½, 0 set every ranged top-k query's sub-window
+    (the allowed factor closest to coarsest + f·(finest − coarsest)) and window; the first f whose
+    estimate fits fixes the sub-windows, then the bisection sets the windows (multiples of them).
+    Checked against a brute force over the model's estimates; a rerun gets the same decision, the
+    top-k kind takes the factor as its granularity floor, and both go back when the load falls."""
+    from analytics.window_plan import estimated
+    from netmon.config import TopKQuery
+    from pipeline.topk import SlidingTopK
+
+    ranged = TopKQuery(
+        name="top-sources", window_s=600.0, sub_window_s=1.0, k=200, window_range_s=(60.0, 600.0)
+    )
+    cfg = Config().replace(paths={"data_dir": tmp_path / "data"}, queries={"topk": (ranged,), "distinct": ()})
+    model = CostModel(DEFAULT_CONSTANTS, 5.0)
+    shared = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=SHARED_KINDS))
+    w = Workload(rate_pps=40_000)
+
+    def memory(m: int, window: float) -> float:
+        return estimated(model, shared, w, {"top-sources": window}, {}, {"top-sources": m})[1]
+
+    # 2-s lists are smaller here; at 4 s the open fine counts (growing with m) outweigh the
+    # 600 s of lists they save (CostModel.topk)
+    assert memory(1, 600) > memory(2, 600) and memory(4, 600) > memory(2, 600)
+    budget = int(memory(2, 400) + (memory(2, 402) - memory(2, 400)) / 2)
+    cfg = dataclasses.replace(
+        cfg,
+        resources=dataclasses.replace(
+            cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0, granularity_steps=2
+        ),
+    )
+    m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=Clock())
+    bound = m.resources.memory_bound
+    # brute force: f = (p - j)/p; factors allowed (dividing 600 and 60, at most 4): 1, 2, 3, 4;
+    # closest to 4 + f·(1 - 4): f = 1 -> 1, f = ½ -> 2.5 -> 2 (the finer on a tie), f = 0 -> 4
+    steps = [(1.0, 1), (0.5, 2), (0.0, 4)]
+    fits = [memory(g, 60 + (f * 540) // (g * 1.0) * g) <= bound for f, g in steps]
+    assert fits[:2] == [False, True]
+    # then the largest window, a multiple of 2 s in [60, 600], whose estimate fits: 400 s
+    best = max(x for x in range(60, 601, 2) if memory(2, x) <= bound)
+    assert best == 400
+    clock = m.clock
+    decided = []
+    for i, packets in enumerate([40_000, 40_000, 40_000, 1_000, 1_000]):
+        m.decide(i)
+        decided.append((m.granularity, m.windows))
+        if i == 2:  # Spark runs the batch again: the same decision, whatever was measured since
+            m.observe(i, 1_000, 0.1)
+            m.decide(i)
+            assert (m.granularity, m.windows) == decided[-1]
+        clock.t += 1.0
+        m.observe(i, packets, 0.1)  # light on CPU: only the memory bound acts
+    assert decided[0] == ({}, {})  # nothing measured yet
+    assert decided[1] == decided[2] == decided[3] == ({"top-sources": 2}, {"top-sources": float(best)})
+    assert memory(2, best) <= bound < memory(1, 600)
+    assert decided[4] == ({}, {})  # the load fell: the configured sub-window and window again
+    # the top-k kind takes the coarse step as the floor of its granularity operator
+    kind = SlidingTopK((ranged,), tmp_path / "results", tmp_path / "ck", watermark_ms=5000)
+    kind.coarsen(decided[1][0])
+    assert kind.grains.decide(0, {"top-sources": 400 * 10**9}) == {"top-sources": 2}
+    kind.coarsen(decided[4][0])
+    assert kind.grains.decide(1, {"top-sources": 600 * 10**9}) == {"top-sources": 1}

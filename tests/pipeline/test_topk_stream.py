@@ -373,3 +373,88 @@ def test_a_window_changed_while_the_pipeline_runs_equals_the_offline_change(
     assert {6.0, 7.0, 8.0, 9.0} <= {
         r["window_s"] for r in table.filter(pc.equal(table["query"], "ports")).to_pylist()
     }
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_sub_window_changed_while_the_pipeline_runs_equals_the_offline_twin(
+    spark, kafka_bootstrap, netmon_config, tmp_path
+) -> None:
+    """Seed 004's granularity knob on the real broker and Spark: the first half of the capture is
+    processed; ``netmon tune --granularity`` coarsens two queries' sub-windows; the second half
+    follows. The rows equal the offline twin (``OfflineTopK(granularity=...)``) with the change at
+    the same instant: the first one, at or after the first sub-window the next batch has open
+    (the watermark before it), on both the old and the new grid."""
+    from analytics.granularity import FROM_START
+    from analytics.topk_offline import OfflineTopK
+    from pipeline.window_knobs import granularity_file
+
+    cfg = _config(netmon_config, tmp_path / "data", "netmon.test.topk.granularity", partitions=1)
+    first, second = tmp_path / "first.pcap", tmp_path / "second.pcap"
+    last_first_us = _split_capture(SAMPLE, first, second)
+    recreate_topic(cfg.kafka.bootstrap, cfg.kafka.packets_topic, cfg.kafka.partitions)
+    delay_us = round(cfg.pipeline.watermark_s * 1e6)
+    sub_windows = {"sources": 2.0, "ports": 1.0}  # 1 s -> 2 s, 0.5 s -> 1 s
+    change_at = last_first_us - delay_us  # the watermark before the first batch of the second half
+    table = pa.Table.from_batches(list(read_records(SAMPLE)))
+    expected = {}
+    for q in QUERIES:
+        b_us = round(q.sub_window_s * 1e6)
+        m = round(sub_windows.get(q.name, q.sub_window_s) / q.sub_window_s)
+        first_open = ((last_first_us // 1000) * 1000 - delay_us) // b_us  # the kind's ms watermark
+        at = -(-first_open // m) * m  # lcm(1, m) = m: the first multiple of m from there
+        offline = OfflineTopK(
+            q.key, N=round(q.window_s * 1e9), b=b_us * 1000, k=q.k, weight=q.weight, time_based=True,
+            watermark=delay_us * 1000, granularity=[(FROM_START, 1), (at, m)] if m > 1 else 1,
+        )  # fmt: skip
+        expected[q.name] = list(offline.run([table], close_after=0))
+
+    def replay_part(path: Path, close: float | None) -> None:
+        opts = ReplayOptions(close_windows_s=close, records_per_message=100)
+        summary = replay(path, bootstrap=cfg.kafka.bootstrap, topic=cfg.kafka.packets_topic, options=opts,
+                         partitions=cfg.kafka.partitions, progress=False)  # fmt: skip
+        assert summary.produced == summary.acknowledged
+
+    def wait_for(pipeline: Pipeline, name: str, end: str) -> None:
+        for _ in range(600):
+            assert pipeline.failed() is None, pipeline.failed()
+            rows = read_results(results_dir(cfg, "topk"))
+            if rows is not None and any(r["end"] == end for r in _folded(rows, name)):
+                return
+            pipeline.await_termination(0.5)
+        raise AssertionError(f"{name}: no window ending at {end} in 300 s")
+
+    replay_part(first, None)
+    pipeline = start_pipeline(spark, cfg, kinds=("topk",))
+    try:
+        first_half = [r for r in expected["sources"] if r["end"] <= format_end(change_at * 1000)]
+        wait_for(pipeline, "sources", first_half[-1]["end"])
+        granularity_file(cfg).parent.mkdir(parents=True, exist_ok=True)
+        granularity_file(cfg).write_text(json.dumps(sub_windows))
+        replay_part(second, cfg.pipeline.watermark_s)
+        wait_for(pipeline, "ports", expected["ports"][-1]["end"])
+        wait_for(pipeline, "sources", expected["sources"][-1]["end"])
+    finally:
+        pipeline.stop()
+    rows = read_results(results_dir(cfg, "topk"))
+    assert rows is not None
+    for q in QUERIES:
+        assert _folded(rows, q.name) == expected[q.name], q.name
+        mine = rows.filter(pc.equal(rows["query"], q.name))
+        assert set(mine["sub_window_s"].to_pylist()) == {
+            q.sub_window_s,
+            sub_windows.get(q.name, q.sub_window_s),
+        }
+
+
+def _folded(rows: pa.Table, name: str) -> list[dict[str, Any]]:
+    """One query's committed rows folded back into the offline twin's reports."""
+    by_end: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows.filter(pc.equal(rows["query"], name)).to_pylist():
+        by_end[int(r["window_end"].timestamp() * 1e6)].append(r)
+    out = []
+    for end_us, group in sorted(by_end.items()):
+        group.sort(key=lambda r: r["rank"])
+        items = [{"key": r["key"], "count": r["count"]} for r in group if r["rank"] > 0]
+        out.append({"end": format_end(end_us * 1000), "delta": group[0]["delta"], "items": items})
+    return out
