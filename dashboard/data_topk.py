@@ -17,12 +17,12 @@ __all__ = ["COLUMNS", "history", "topk"]
 COLUMNS = ["query", "window_end", "delta", "rank", "key", "count", "total", "share"]
 
 
-@data.cached()
-def topk(data_dir: str, start: dt.datetime, end: dt.datetime) -> pd.DataFrame:
+@data.cached(max_entries=16)
+def topk(data_dir: str, start: dt.datetime, end: dt.datetime, query: str | None = None) -> pd.DataFrame:
     """The committed report rows of the windows ending in ``[start, end]`` (only the files that
-    can hold them are read: ``dashboard.bounded``), with ``share`` = count / the window's total,
-    by query and time."""
-    df = data.read_range(data_dir, "topk", start, end)
+    can hold them are read: ``dashboard.bounded``), of ``query`` only (None: every query's), with
+    ``share`` = count / the window's total, by query and time."""
+    df = data.read_range(data_dir, "topk", start, end, query=query)
     if df is None:
         return pd.DataFrame(columns=COLUMNS)
     df["share"] = (df["count"] / df["total"].where(df["total"] > 0)).astype("float64")

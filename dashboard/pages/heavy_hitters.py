@@ -22,7 +22,7 @@ st.caption(
 
 chosen = time_range.picker(data.newest(data_dir, "topk"))
 span = chosen.span(data.newest(data_dir, "topk"))
-in_range = sorted(set(data_topk.topk(data_dir, *span)["query"])) if span else []
+in_range = data.queries(data_dir, "topk", *span) if span else []
 names: list[str] = list(configured) + [n for n in in_range if n not in configured]
 if not names:
     st.info("No top-k queries configured ([[queries.topk]] in netmon.toml).")
@@ -51,8 +51,7 @@ def panel() -> None:
         st.info(f"No reports yet in {cfg.paths.data_dir}/results/topk — is the pipeline running?")
         return
     st.caption(f"Windows ending {time_range.describe(span)} (event time)")
-    df = data_topk.topk(data_dir, *span)
-    df = df[df["query"] == query]
+    df = data_topk.topk(data_dir, *span, query)  # this query's rows only, chosen in Arrow
     if df.empty:
         st.info(f"No report of {query} in this time range.")
         return

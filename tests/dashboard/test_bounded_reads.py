@@ -603,3 +603,30 @@ def test_the_newest_joins_row_is_found_past_batches_of_old_unanswered_syns(
         directory, "left_ts", footers=bounded.Footers(), disorder_s=bounded.batch_disorder_s(cfg, "joins")
     )
     assert found == max(rows["left_ts"].to_pylist())
+
+
+def test_one_querys_rows_and_the_queries_in_a_range(history: Config) -> None:
+    """``data.read_range(query=...)`` (the Heavy hitters and Distinct counts pages read one query's
+    rows, chosen in Arrow) gives exactly that query's rows of the range; ``data.queries`` the
+    queries with rows in it."""
+    from dashboard import data
+
+    directory = results_dir(history, "topk")
+    rows = read_results(directory).to_pylist()  # type: ignore[union-attr]
+    times = sorted(r["window_end"] for r in rows)
+    for start, end in _ranges(random.Random(3), times[0], times[-1]):
+        want = [r for r in rows if start <= r["window_end"] <= end]
+        names = sorted({r["query"] for r in want})
+        assert data.queries.__wrapped__(str(history.paths.data_dir), "topk", start, end) == names
+        for q in names:
+            got = data.read_range(str(history.paths.data_dir), "topk", start, end, query=q)
+            assert got is not None
+            plain = [
+                {k: None if v is None or v != v else v for k, v in r.items()} for r in got.to_dict("records")
+            ]
+            assert Counter(map(_key, plain)) == Counter(_key(r) for r in want if r["query"] == q), (
+                q,
+                start,
+                end,
+            )
+        assert data.read_range(str(history.paths.data_dir), "topk", start, end, query="nope") is None
