@@ -612,7 +612,9 @@ def test_one_querys_rows_and_the_queries_in_a_range(history: Config) -> None:
     from dashboard import data
 
     directory = results_dir(history, "topk")
-    rows = read_results(directory).to_pylist()  # type: ignore[union-attr]
+    everything = read_results(directory)
+    assert everything is not None
+    rows = everything.to_pylist()
     times = sorted(r["window_end"] for r in rows)
     for start, end in _ranges(random.Random(3), times[0], times[-1]):
         want = [r for r in rows if start <= r["window_end"] <= end]
