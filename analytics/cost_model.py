@@ -525,19 +525,28 @@ class CostModel(Base):
             )
         )
 
-    def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0) -> Estimate:
+    def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0, m: int = 1) -> Estimate:
         """Per-sub-window HLL sketches per group, united over the window's ``N/g`` sub-windows.
 
         With ``P_g = D(keep·λ·g, K)`` distinct (group, item) pairs and ``G_g = D(keep·λ·g, G)``
         groups in a sub-window: CPU ``keep·λ·count_row_s + (P_g/g)·sketch_item_s +
         (G_g/g)·(N/g)·sketch_union_s`` (each slide unites every group's ``N/g`` sketches); state
         ``(N/g)·G_g`` sketches of ``header + min(2^lg_k·register, items·coupon)`` bytes.
+
+        ``m``: the granularity operator Γ in force (seed 004; ``pipeline.distinct``): stage 1
+        still sketches per ``b = sub_window_s`` (``P_b/b`` items a second) and Γ unites ``m`` of
+        them into a sub-window of ``g = m·b``: then ``N/g`` sketches per group of ``P_g/G_g``
+        items each, and the unions per coarse slide. ``m = 1`` is the formula above. The stored
+        fine sketches a restart reads again are not counted (as they were not before Γ).
         """
-        c, g = self.constants, q.sub_window_s
+        c, b = self.constants, q.sub_window_s
+        g = m * b
         rate = keep * w.rate_pps
         grouped = bool(q.group_by.strip())
         n_groups = w.cardinality(q.group_by, default=w.group_cardinality) if grouped else 1.0
-        pairs = distinct_keys(rate * g, w.cardinality(q.count) * n_groups)
+        cardinality = w.cardinality(q.count) * n_groups
+        pairs = distinct_keys(rate * g, cardinality)
+        fine_pairs = pairs if m == 1 else distinct_keys(rate * b, cardinality)
         groups = distinct_keys(rate * g, n_groups) if grouped else min(1.0, rate * g)
         n_sub = _n_sub(q.window_s, g)
         sketches = n_sub * groups
@@ -548,14 +557,14 @@ class CostModel(Base):
                 "distinct",
                 q.name,
                 cpu=rate * c.count_row_s
-                + pairs / g * c.sketch_item_s
+                + fine_pairs / b * c.sketch_item_s
                 + groups / g * n_sub * c.sketch_union_s,
                 state_rows=sketches,
                 memory_bytes=sketches * sketch_bytes,
-                ops={"count_rows": rate, "sketch_items": pairs / g, "sketch_unions": groups / g * n_sub},
+                ops={"count_rows": rate, "sketch_items": fine_pairs / b, "sketch_unions": groups / g * n_sub},
                 knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
                 # the items' coupons and each sub-window's sketch are made in the tasks (stage 1)
-                stage1_cpu=rate * c.count_row_s + pairs / g * c.sketch_item_s,
+                stage1_cpu=rate * c.count_row_s + fine_pairs / b * c.sketch_item_s,
             )
         )
 

@@ -51,6 +51,9 @@ _STATE_VERSION = 1
 #: the state while a window grows after :meth:`SubWindowDistinct.resize`: version 1 and the
 #: sub-windows held (u32)
 _GROWING_VERSION = 2
+#: the state with sub-windows of several lengths (the granularity operator Γ, ``slide(m)``):
+#: version 2's body, then the number of closed sub-windows (u32) and each one's length in b (u32)
+_GRAINED_VERSION = 3
 _EXACT_SET_MAGIC = b"NXS"  # + version byte: an exact-set synopsis, see _exact_to_bytes
 _EXACT_SET_VERSION = 1
 _U32 = struct.Struct("<I")
@@ -372,10 +375,13 @@ class SubWindowDistinct(Base):
         self.lg_k = lg_k
         self.exact = exact
         self._n = N // b
-        # The sub-windows the window holds: N/b, less while it grows after resize().
+        # The span the window holds, in b: N/b, less while it grows after resize().
         self._held = self._n
         self._open: dict[str, Synopsis] = {}
         self._closed: deque[dict[str, Synopsis]] = deque()
+        # Each closed sub-window's length in b (1; m after slide(m): Γ) and their sum.
+        self._sizes: deque[int] = deque()
+        self._covered = 0
         self._slides = 0
         # Per group: its synopses in the window, oldest first, and its last answer. A slide
         # changes the answer only of groups in the entering or the expiring sub-window.
@@ -455,23 +461,46 @@ class SubWindowDistinct(Base):
         self._open[group] = syn if old is None else self._union_into(old, syn)
         return self
 
-    def slide(self) -> Self:
+    def slide(self, m: int = 1) -> Self:
         """Close the open sub-window: it joins the window, and the oldest beyond N/b expires
-        (none while a window grows after :meth:`resize`)."""
+        (none while a window grows after :meth:`resize`).
+
+        ``m``: the granularity operator Γ (seed 004's CKSV granularity, ``analytics.granularity``):
+        the open sub-window is ``m·b`` long, the union of the ``m`` fine sub-windows the caller
+        put into it (exact for HLL sketches: a union of the same coupons and registers). The
+        window keeps the whole sub-windows that *end* in its last ``N``: a coarse one straddling
+        its start stays until it ends out of it, so :attr:`window_held` is a little more than
+        ``N`` just after a change to a finer sub-window (departure from the top-k kind's Γ,
+        which drops it at once: ``pipeline.distinct`` files a coarse sub-window's sketches
+        under its last fine sub-window, see there).
+
+        >>> sw = SubWindowDistinct(N=4, b=1, exact=True)
+        >>> _ = sw.update("a").slide(2).update("b").slide(2).update("c").slide()
+        >>> sw.report(), sw.window_held  # a's sub-window [0, 2) still ends in [1, 5)
+        ({'': 3}, 5)
+        >>> sw.update("d").slide().report(), sw.window_held
+        ({'': 3}, 4)
+        """
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"m: expected a positive number of sub-windows, got {m!r}")
         entering = self._open
         self._closed.append(entering)
+        self._sizes.append(m)
+        self._covered += m
         for g, syn in entering.items():
             self._by_group.setdefault(g, deque()).append(syn)
             self._answers.pop(g, None)
-        self._held = min(self._held + 1, self._n)
+        self._held = min(self._held + m, self._n)
         self._expire()
         self._open = {}
         self._slides += 1
         return self
 
     def _expire(self) -> None:
-        """Drop the closed sub-windows beyond the ones the window holds, oldest first."""
-        while len(self._closed) > self._held:
+        """Drop the closed sub-windows the window no longer holds, oldest first: those that end
+        before its last ``held`` (with sub-windows of one b: beyond the ``held`` newest)."""
+        while self._closed and self._covered - self._sizes[0] >= self._held:
+            self._covered -= self._sizes.popleft()
             for g in self._closed.popleft():
                 mine = self._by_group[g]
                 mine.popleft()  # FIFO: a group's oldest synopsis is the expiring sub-window's
@@ -511,14 +540,18 @@ class SubWindowDistinct(Base):
         if not self.is_empty() or self._open:
             raise ValueError("idle: the window or the open sub-window holds items")
         self._closed.clear()
+        self._sizes.clear()
+        self._covered = 0
         self._held = min(self._held + slides, self._n)
         return self
 
     @property
     def window_held(self) -> int:
         """The span the window holds (the unit of ``N``): ``N`` except while it grows after
-        :meth:`resize`."""
-        return self._held * self.b
+        :meth:`resize`, and a little more just after a change to a finer sub-window while a
+        coarse one straddles its start (:meth:`slide`). Before the first slide (and after an
+        :meth:`idle`) the past is empty traffic in sub-windows of ``b``."""
+        return max(self._covered, self._held) * self.b
 
     def _reindex(self) -> None:
         self._by_group = {}
@@ -541,6 +574,8 @@ class SubWindowDistinct(Base):
             raise ValueError(f"other: holds {other._held} sub-windows, this one {self._held}")
         if other._slides != self._slides:
             raise ValueError(f"other: has slid {other._slides} times, this one {self._slides}")
+        if other._sizes != self._sizes:
+            raise ValueError(f"other: sub-windows of {list(other._sizes)} b, this one {list(self._sizes)}")
         for mine, theirs in zip([*self._closed, self._open], [*other._closed, other._open], strict=True):
             for g, syn in theirs.items():
                 mine[g] = self._union_into(mine.get(g), syn)
@@ -639,9 +674,16 @@ class SubWindowDistinct(Base):
     def to_bytes(self) -> bytes:
         """The whole state: header with a version byte, then each sub-window's synopses.
 
-        Synopses keep their updatable form, so a restored instance behaves identically.
+        Synopses keep their updatable form, so a restored instance behaves identically. Version
+        1 (the window full), 2 (growing: the span held follows) and, once a sub-window other
+        than ``b`` was closed (Γ, :meth:`slide`), 3: the span held, then each closed sub-window's
+        length; a state without one is written as before, so older readers still read it.
         """
-        version = _STATE_VERSION if self._held == self._n else _GROWING_VERSION
+        grained = any(m != 1 for m in self._sizes)
+        if grained:
+            version = _GRAINED_VERSION
+        else:
+            version = _STATE_VERSION if self._held == self._n else _GROWING_VERSION
         head = _STATE_HEAD.pack(self._TAG, version, self.exact, self.lg_k, self.N, self.b, self._slides)
         w = _Writer()
         subs = [*self._closed, self._open]
@@ -651,14 +693,19 @@ class SubWindowDistinct(Base):
             for g, syn in sub.items():
                 w.text(g)
                 w.blob(self._syn_bytes(syn))
-        if version == _GROWING_VERSION:
+        if version != _STATE_VERSION:
             w.u32(self._held)
+        if version == _GRAINED_VERSION:
+            w.u32(len(self._sizes))
+            for m in self._sizes:
+                w.u32(m)
         return head + b"".join(w.parts)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SubWindowDistinct:
-        """Rebuild an instance from :meth:`to_bytes`."""
-        exact, lg_k, N, b, slides, r = _read_head(data, cls._TAG, (_STATE_VERSION, _GROWING_VERSION))
+        """Rebuild an instance from :meth:`to_bytes` (every version)."""
+        versions = (_STATE_VERSION, _GROWING_VERSION, _GRAINED_VERSION)
+        exact, lg_k, N, b, slides, r = _read_head(data, cls._TAG, versions)
         out = cls(N, b, lg_k=lg_k, exact=exact)
         subs: list[dict[str, Synopsis]] = []
         for _ in range(r.u32()):
@@ -671,10 +718,20 @@ class SubWindowDistinct(Base):
             out._held = r.u32()
             if not 1 <= out._held < out._n:
                 raise ValueError(f"data: {out._held} sub-windows held, expected 1..{out._n - 1}")
+        sizes = [1] * max(len(subs) - 1, 0)
+        if r.version == _GRAINED_VERSION:
+            out._held = r.u32()
+            if not 1 <= out._held <= out._n:
+                raise ValueError(f"data: {out._held} sub-windows held, expected 1..{out._n}")
+            sizes = [r.u32() for _ in range(r.u32())]
+            if len(sizes) != len(subs) - 1 or not all(sizes):
+                raise ValueError(f"data: {len(sizes)} sub-window lengths for {len(subs) - 1} sub-windows")
         r.end()
-        if not subs or len(subs) - 1 > out._held:
+        if not subs or (sizes and sum(sizes) - sizes[0] >= out._held):
             raise ValueError(f"data: {len(subs)} sub-windows stored, expected 1..{out._held + 1}")
         out._closed = deque(subs[:-1])
+        out._sizes = deque(sizes)
+        out._covered = sum(sizes)
         out._open = subs[-1]
         out._slides = slides
         out._reindex()

@@ -16,7 +16,7 @@ ones the Spark job follows:
 - A record is *late* when its timestamp is more than ``watermark`` behind the newest one seen
   before it (``ts < M_before - watermark``; every earlier record with a timestamp counts, with
   or without a key; the first record never is): counted in :class:`OfflineStats`, not in any
-  window — the pipeline's one meaning of late (``docs/reliability.md``), whatever the batches.
+  window â the pipeline's one meaning of late (``docs/reliability.md``), whatever the batches.
   A record that is not late is never in a closed sub-window.
 - One report per closed sub-window whose window holds at least one item. The first report comes
   at the end of the first sub-window; early windows reach back before the first packet, where
@@ -30,6 +30,11 @@ ones the Spark job follows:
   window in ns from the window ending with that sub-window on) follows
   :meth:`analytics.distinct.SubWindowDistinct.resize`: a shorter window is in force at once, a
   longer one grows by a sub-window per slide; each report's ``window_ns`` is the span it held.
+- The granularity operator Γ (seed 004's CKSV granularity, ``granularity``: a schedule of
+  ``analytics.granularity``, the one the pipeline made): the fine sub-windows' items are united
+  into coarse sub-windows of ``m·b`` aligned to multiples of ``m·b``; one report per closed
+  coarse sub-window (``sub_window_ns``), whose window holds the coarse sub-windows that end in
+  its last ``N`` (:meth:`analytics.distinct.SubWindowDistinct.slide`). Not with ``changes`` yet.
 - Each group's count carries the interval of the sketch's own error
   (:func:`analytics.distinct.hll_interval` of the count and ``lg_k``, what the pipeline's rows
   carry when nothing is sampled); an exact count (``exact=True``) is its own interval.
@@ -38,7 +43,7 @@ ones the Spark job follows:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import repeat
@@ -50,6 +55,7 @@ import pyarrow.compute as pc
 
 from analytics.distinct import ExactSlidingDistinct, SubWindowDistinct, hll_interval
 from analytics.distinct_queries import DistinctQuery
+from analytics.granularity import FROM_START, coarse_starts, granularity_at
 from analytics.keys import key_text
 from analytics.timetext import iso_utc, parse_duration_ns
 
@@ -96,6 +102,9 @@ class DistinctReport:
     groups: tuple[tuple[str, int], ...]
     lg_k: int | None = None
     window_ns: int | None = None
+    #: the length of the closing sub-window (ns): ``b``, or ``m·b`` under a granularity schedule
+    #: (``distinct_reports(granularity=...)``)
+    sub_window_ns: int | None = None
 
     @property
     def bounds(self) -> tuple[tuple[int, int], ...]:
@@ -189,6 +198,8 @@ class _Driver:
     stats: OfflineStats = field(default_factory=OfflineStats)
     #: window changes: sub-window index -> the window (ns) from the window ending with it on
     changes: dict[int, int] = field(default_factory=dict)
+    #: the granularity operator Γ's schedule (``analytics.granularity``): None, every sub-window b
+    granularity: list[tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         engine = self.engine
@@ -205,6 +216,18 @@ class _Driver:
         if self._changes and not hasattr(engine, "resize"):
             raise ValueError(f"changes: {type(engine).__name__} cannot change its window")
         self._pos: int | None = None  # the next sub-window whose slide the engine has not seen
+        schedule = list(self.granularity or [(FROM_START, 1)])
+        #: Γ's schedule, None without one; the engine's next (coarse) sub-window once it slid
+        self._schedule = (
+            None if schedule == [(FROM_START, 1)] else [(FROM_START, schedule[0][1]), *schedule[1:]]
+        )
+        self._at: int | None = None
+        if self._schedule is not None:
+            if self._changes:
+                raise ValueError("granularity: not with window changes in the offline run (yet)")
+            if not isinstance(engine, SubWindowDistinct):
+                raise ValueError(f"granularity: {type(engine).__name__} has sub-windows of one length")
+            self._max_m = max(m for _, m in self._schedule)
 
     def feed(self, chunk: _Chunk) -> Iterator[DistinctReport]:
         st, b = self.stats, self.b
@@ -248,13 +271,27 @@ class _Driver:
             g = repeat("") if groups is None else groups[lo:hi]
             # Unique (group, item) pairs in first-arrival order: HLL sketches see file order.
             self.pending.setdefault(i, {}).update(dict.fromkeys(zip(g, items[lo:hi], strict=False)))
-            if self.next is None or i < self.next:
-                self.next = i
+            if self._schedule is None:
+                if self.next is None or i < self.next:
+                    self.next = i
+            elif self.next is None:
+                # Γ: the engine goes on where it stopped (the empty sub-windows since slide too)
+                self.next = self._at if self._at is not None else self._start(i)
+            else:
+                self.next = min(self.next, self._start(i))
+
+    def _start(self, i: int) -> int:
+        """The start of the schedule's (coarse) sub-window holding fine sub-window ``i``."""
+        assert self._schedule is not None
+        return int(coarse_starts(self._schedule, np.array([i], np.int64))[0][0])
 
     def _close_through(self, c: int) -> Iterator[DistinctReport]:
         if c <= self.closed_through:
             return
         self.closed_through = c
+        if self._schedule is not None:
+            yield from self._close_coarse(c)
+            return
         eng = self.engine
         while self.next is not None and self.next <= c:
             i = self.next
@@ -280,7 +317,43 @@ class _Driver:
                 continue
             self.stats.reports += 1
             held = getattr(eng, "window_held", eng.N)
-            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top), self.lg_k, held)
+            yield DistinctReport((i + 1) * self.b, _ranked(eng.estimate(), self.top), self.lg_k, held, self.b)
+
+    def _close_coarse(self, c: int) -> Iterator[DistinctReport]:
+        """Γ: close the schedule's sub-windows that end by fine sub-window ``c``, each the union
+        of its fine ones (``slide(m)``), the empty ones too: the window keeps whole sub-windows,
+        so where they start matters. A gap in event time is jumped over (the engine idles) up
+        to ``N + max m`` before the next data, from where the sub-windows are slid one by one."""
+        eng = self.engine
+        assert self._schedule is not None and isinstance(eng, SubWindowDistinct)
+        while self.next is not None:
+            s = self.next
+            m = granularity_at(self._schedule, s)
+            if s + m - 1 > c:
+                return
+            if eng.is_empty() and not any(i in self.pending for i in range(s, s + m)):
+                if not self.pending:
+                    self._at, self.next = s, None  # resumed at s by the next data (_stash)
+                    return
+                j = self._start(min(self.pending) - self.n - self._max_m)
+                if j > s:
+                    eng.idle(j - s)
+                    self._at = self.next = j
+                    continue
+            for i in range(s, s + m):
+                for g, it in self.pending.pop(i, {}):
+                    eng.update(it, g)
+            eng.slide(m)
+            self._at = self.next = s + m
+            self.stats.slides += 1
+            if eng.is_empty():
+                continue
+            if self.full_windows and self.first is not None and s + m - self.first < self.n:
+                continue
+            self.stats.reports += 1
+            yield DistinctReport(
+                (s + m) * self.b, _ranked(eng.estimate(), self.top), self.lg_k, eng.window_held, m * self.b
+            )
 
     def _resize_through(self, i: int) -> None:
         """The window changes up to sub-window ``i``, before it closes; the empty sub-windows a
@@ -328,6 +401,7 @@ def run_engine(
     stats: OfflineStats | None = None,
     close_after_ns: int | None = None,
     changes: dict[int, int] | None = None,
+    granularity: int | Sequence[tuple[int, int]] = 1,
 ) -> Iterator[DistinctReport]:
     """Drive any engine with the shared interface (synopsis or oracle) over record batches.
 
@@ -336,11 +410,14 @@ def run_engine(
     ``close_after_ns``: at the end of the input, close the sub-windows that end at most this long
     after the last record (the pipeline at the end of a replay); ``None`` leaves them open.
     ``changes``: window changes, sub-window index -> the window in ns from the window ending
-    with that sub-window on (the engine's ``resize``).
+    with that sub-window on (the engine's ``resize``). ``granularity``: the granularity operator
+    Γ's schedule (``analytics.granularity``: ``[(start, m), ...]``, or one ``m`` from the start),
+    as the pipeline's ``netmon tune --granularity distinct/NAME`` made it (``pipeline.distinct``).
     """
     _check_options(top, watermark_ns, close_after_ns)
     stats = stats if stats is not None else OfflineStats()
-    driver = _Driver(engine, watermark_ns, full_windows, top, stats, dict(changes or {}))
+    schedule = [(FROM_START, granularity)] if isinstance(granularity, int) else list(granularity)
+    driver = _Driver(engine, watermark_ns, full_windows, top, stats, dict(changes or {}), schedule)
     return _run(driver, batches, query, close_after_ns)
 
 
@@ -368,6 +445,7 @@ def distinct_reports(
     stats: OfflineStats | None = None,
     close_after_ns: int | None = None,
     changes: dict[int, int] | None = None,
+    granularity: int | Sequence[tuple[int, int]] = 1,
 ) -> Iterator[DistinctReport]:
     """Run ``query`` over record batches (:data:`netmon.records.ARROW_SCHEMA`, file order).
 
@@ -375,7 +453,8 @@ def distinct_reports(
     a :class:`SubWindowDistinct` (HLL sketches, or exact sets with ``exact=True``).
     ``close_after_ns`` closes, at the end, the sub-windows ending at most that long after the
     last record (:func:`run_engine`). ``changes`` changes the window at run time (sub-window
-    index -> window in ns, :meth:`SubWindowDistinct.resize`; module docstring).
+    index -> window in ns, :meth:`SubWindowDistinct.resize`; module docstring); ``granularity``
+    its sub-windows (Γ's schedule, as :func:`run_engine`; module docstring).
 
     Examples
     --------
@@ -397,7 +476,7 @@ def distinct_reports(
     )
     return run_engine(
         engine, batches, query, top=top, watermark_ns=watermark_ns, full_windows=full_windows, stats=stats,
-        close_after_ns=close_after_ns, changes=changes,
+        close_after_ns=close_after_ns, changes=changes, granularity=granularity,
     )  # fmt: skip
 
 

@@ -16,18 +16,20 @@ min)`` (never above: the estimate stays monotone in ``f`` and a chosen plan neve
 name, ``distinct/<name>`` for a distinct query (the two kinds' names may coincide).
 
 The coarse step (``p`` > 0) comes first: for ``j = 0..p``, ``f = (p − j)/p``, every ranged top-k
-query's sub-window is the allowed factor ``m`` (:func:`factors_allowed`) whose ``m·b`` is closest
-to ``coarsest + f·(finest − coarsest)`` (:func:`factor_at`; for granularity min = coarsest) and
-every window is at ``f``; the first ``j`` whose estimated state fits fixes the granularities,
-then the bisection sets the windows (multiples of the fixed sub-windows). The top-k kind's
-granularity operator Γ takes them (``pipeline.topk``, ``netmon tune --granularity``).
+and distinct query's sub-window is the allowed factor ``m`` (:func:`factors_allowed`) whose
+``m·b`` is closest to ``coarsest + f·(finest − coarsest)`` (:func:`factor_at`; for granularity
+min = coarsest) and every window is at ``f``; the first ``j`` whose estimated state fits fixes
+the granularities, then the bisection sets the windows (multiples of the fixed sub-windows). The
+kinds' granularity operators Γ take them (``pipeline.topk``, ``pipeline.distinct``, ``netmon
+tune --granularity``; a distinct query's factor keyed ``distinct/<name>``).
 
-Departures: only the top-k queries' granularity is turned (a distinct query's sub-window sketches
-are not regrouped at run time yet); the other kinds' windows (traffic, the joins) are not turned
-either: they are held at their configured sizes and count against the budget as they are. A
-coarser sub-window is not always cheaper here: stage 1 keeps counting at the finest one, so the
-open partial counts grow with ``m`` while the lists shrink (``CostModel.topk``); CKSV's strategy
-assumes cost monotone in ``f`` and the coarse step simply takes the first ``j`` that fits.
+Departures: the other kinds' granularity and windows (traffic, the joins) are not turned: they
+are held at their configured sizes and count against the budget as they are. A coarser
+sub-window is not always cheaper here: stage 1 keeps counting at the finest one, so the open
+partial counts grow with ``m`` while the lists shrink (``CostModel.topk``); CKSV's strategy
+assumes cost monotone in ``f`` and the coarse step simply takes the first ``j`` that fits. The
+distinct estimate counts the ``N/(m·b)`` sketches per group Γ unites (``CostModel.distinct``),
+not the fine sketches stage 1 stores for a restart (they were not counted before Γ either).
 """
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ class WindowPlan:
     granularity: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-def factors_allowed(q: TopKQuery, max_factor: float) -> tuple[int, ...]:
-    """The whole factors ``m`` (1 up to ``max_factor``) a top-k query's sub-window may take at
-    any window the plan may choose: ``m·b`` divides its ``window_s`` and its range's minimum.
+def factors_allowed(q: TopKQuery | DistinctQuery, max_factor: float) -> tuple[int, ...]:
+    """The whole factors ``m`` (1 up to ``max_factor``) a top-k or distinct query's sub-window may
+    take at any window the plan may choose: ``m·b`` divides its ``window_s`` and its range's minimum.
 
     >>> q = TopKQuery(name="t", window_s=12.0, sub_window_s=1.0, window_range_s=(4.0, 12.0))
     >>> factors_allowed(q, 4.0), factors_allowed(q, 2.5)
@@ -103,7 +105,7 @@ def factors_allowed(q: TopKQuery, max_factor: float) -> tuple[int, ...]:
     return tuple(m for m in range(1, int(max_factor) + 1) if all(n % (m * b_us) == 0 for n in sizes))
 
 
-def factor_at(q: TopKQuery, f: float, max_factor: float) -> int:
+def factor_at(q: TopKQuery | DistinctQuery, f: float, max_factor: float) -> int:
     """Query ``q``'s sub-window factor at the shared ``f``: the allowed one whose sub-window is
     closest to ``coarsest + f·(finest − coarsest)`` (CKSV's ``min + f·(max − min)`` with, for a
     granularity, min = coarsest: ``f = 1`` is the finest), the finer one on a tie.
@@ -146,8 +148,8 @@ def estimated(
     """The configuration's estimated state rows, memory bytes and CPU s/s with the windows
     ``windows`` (:func:`window_key` -> seconds; the others as configured), the drop boxes
     ``keep`` (a top-k query's; a distinct query is estimated unsampled, as
-    ``CostModel.estimates`` does, whatever its window) and the top-k sub-window factors
-    ``granularity`` (query -> m; absent: 1)."""
+    ``CostModel.estimates`` does, whatever its window) and the sub-window factors ``granularity``
+    (:func:`window_key` -> m; absent: 1)."""
     rows = memory = cpu = 0.0
     grain = dict(granularity or {})
     topk = {q.name: q for q in cfg.queries.topk}
@@ -161,10 +163,10 @@ def estimated(
                 keep.get(q.name, 1.0),
                 m=grain.get(q.name, 1),
             )
-        elif e.kind == "distinct" and window_key("distinct", e.query) in windows:
+        elif e.kind == "distinct" and ((key := window_key("distinct", e.query)) in windows or key in grain):
             d = distinct[e.query]
-            window_s = windows[window_key("distinct", d.name)]
-            e = model.distinct(w, dataclasses.replace(d, window_s=window_s))
+            window_s = windows.get(key, d.window_s)
+            e = model.distinct(w, dataclasses.replace(d, window_s=window_s), m=grain.get(key, 1))
         rows += e.state_rows
         memory += e.memory_bytes
         cpu += e.cpu
@@ -184,7 +186,7 @@ def _estimates(
     grain = dict(granularity or {})
     windows = {}
     for key, q in ranged_queries(cfg).items():
-        m = grain.get(key, 1) if isinstance(q, TopKQuery) else 1
+        m = grain.get(key, 1)
         coarse = dataclasses.replace(q, sub_window_s=q.sub_window_s * m) if m > 1 else q
         windows[key] = window_at(coarse, f)
     _, memory, cpu = estimated(model, cfg, w, windows, keep, grain)
@@ -202,7 +204,7 @@ def _coarse_step(
 ) -> dict[str, int]:
     """Seed 004 §4.3's coarse step: the granularities of the first ``j = 0..p`` (``f = (p − j)/p``)
     whose estimate, every knob at that ``f``, fits; the coarsest when none does."""
-    ranged = {key: q for key, q in ranged_queries(cfg).items() if isinstance(q, TopKQuery)}
+    ranged = ranged_queries(cfg)  # the top-k and the distinct queries: one shared f
     grain: dict[str, int] = {}
     for j in range(p + 1):
         f = (p - j) / p
@@ -229,8 +231,8 @@ def plan_windows(
     ``keep``: the drop boxes' fractions in force (their state is estimated at them). At ``f = 1``
     when everything fits; at ``f = 0``, ``feasible`` False, when even the smallest windows do not.
 
-    ``p > 0``: the coarse step first (module docstring): the ranged top-k queries' sub-window
-    factors (up to ``max_factor``) of the first ``f = (p − j)/p`` that fits, then the bisection
+    ``p > 0``: the coarse step first (module docstring): the ranged top-k and distinct queries'
+    sub-window factors (up to ``max_factor``) of the first ``f = (p − j)/p`` that fits, then the bisection
     with them fixed (:attr:`WindowPlan.granularity`).
     """
     keep = dict(keep or {})

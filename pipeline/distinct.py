@@ -47,6 +47,25 @@ complete ``max(w, w')`` after the old window began. Each row's ``window_s`` is t
 held. The queries of a chain whose windows (or spans held) differ get a carry each, rebuilt from
 the store when they part or meet again; the store is the chain's, as before.
 
+A query's sub-window can change at run time too (seed 004's granularity operator Γ, CKSV
+granularity; ``netmon tune --granularity distinct/NAME=SECONDS`` or the resource manager's coarse
+step, ``pipeline.window_knobs.GranularityKnobs``), with the top-k kind's schedule and change
+instant (``analytics.granularity``; the first instant at or after the batch's first open
+sub-window on both grids, saved in the store marker). Stage 1 keeps sketching the finest
+sub-window ``b``; directly upstream of the sliding union, stage 3 files every fine sketch of a
+coarse sub-window of ``m·b`` (aligned to multiples of ``m·b``) under the coarse sub-window's last
+fine one (``_labelled``), so the carry unites them into the coarse sub-window's sketch (exact: a
+union of HLL coupons and registers), keeps them pending until it closes, and a window is reported
+only where a coarse sub-window closes. The rows say the closing sub-window's length
+(``sub_window_s``). Departure from the top-k kind's Γ, which drops at once a coarse sub-window
+straddling a window's start: here a window holds the coarse sub-windows that *end* in its last
+N, so just after a change to a finer sub-window a window holds up to ``(m_old − 1)·b`` more than
+N until the straddling one ends out of it (``window_s`` says so). Filing under the last fine
+sub-window lets the carry (``SlidingCoupons``) keep an open coarse sub-window's sketches pending
+with the fine late bound; filing under the first would need its own pending store. The stored
+sketches stay fine (the store is stage 1's): a rebuilt carry reads them ``max m − 1`` further
+back and unites them again.
+
 The sub-window sketches stay in a small store beside the checkpoint (``<checkpoint>/sketches``,
 one directory per batch, dropped once no open window needs it) and results are committed per
 batch (``pipeline.batch_sink``): a batch that Spark runs again after a crash rewrites the same
@@ -76,13 +95,14 @@ from pyspark.sql import functions as F
 
 from analytics import distinct_queries
 from analytics.distinct import hll_interval
+from analytics.granularity import FROM_START, coarse_starts, plan_change, pruned
 from analytics.keys import parse_key
 from analytics.sampling import count_interval
 from analytics.sketch_carry import GroupIds, SlidingCoupons
 from netmon.config import Config, DistinctQuery
 from pipeline.batch_sink import BatchOutput, commit_batch, write_table
 from pipeline.partials import INTAKE, DistinctSpec, merge_partials, partial_counts
-from pipeline.window_knobs import WindowKnobs, window_file
+from pipeline.window_knobs import GranularityKnobs, WindowKnobs, granularity_file, window_file
 
 __all__ = [
     "COLUMNS",
@@ -357,6 +377,8 @@ class SlidingDistinct:
         watermark_ms: int,
         rank: bool = True,
         windows: Path | None = None,
+        granularity: Path | None = None,
+        max_factor: float = 4.0,
     ) -> None:
         self.chains = list(chains)
         self._whole = {c.label: c for c in self.chains}
@@ -364,6 +386,13 @@ class SlidingDistinct:
         #: (``distinct/<name>`` entries of the control file ``windows``), at most the manager's
         queries = [q for c in self.chains for q in c.queries]
         self.knobs = WindowKnobs(queries, windows, Path(checkpoint) / "windows", kind="distinct")
+        #: each batch's sub-window factors (Γ): 1, or what ``netmon tune --granularity
+        #: distinct/NAME`` (the control file ``granularity``) or the manager's coarse step asks for
+        self.grains = GranularityKnobs(
+            queries, granularity, Path(checkpoint) / "granularity", max_factor=max_factor, kind="distinct"
+        )
+        #: each query's Γ schedule in the batch being run (``analytics.granularity``)
+        self._grain: dict[str, list[tuple[int, int]]] = {}
         self.results = Path(results)
         self.store = Path(checkpoint) / "sketches"
         self.delay_ms = watermark_ms
@@ -395,6 +424,12 @@ class SlidingDistinct:
         seconds, ``analytics.window_plan.window_key``; the top-k entries are top-k's): each query's
         window is at most this (``WindowKnobs.decide``)."""
         self.knobs.limit(windows)
+
+    def coarsen(self, factors: dict[str, int]) -> None:
+        """The resource manager's coarse step for the next batch (``distinct/<query>`` -> m, as
+        :meth:`limit_windows`; the top-k entries are top-k's): each query's sub-window is at least
+        this coarse (``GranularityKnobs.decide``)."""
+        self.grains.floor(factors)
 
     def sample(self, keep: dict[str, float]) -> None:
         """The fraction of items each query's drop box keeps in the next batch (absent: 1), and
@@ -461,8 +496,11 @@ class SlidingDistinct:
         lows = self._lows
         if not self._prepared:
             raise RuntimeError("SlidingDistinct.apply before prepare()")
-        # Saved before the batch: a batch run again applies the same windows.
-        spans = self._spans(self.knobs.decide(batch_id), batch_id)
+        # Saved before the batch: a batch run again applies the same windows,
+        windows = self.knobs.decide(batch_id)
+        spans = self._spans(windows, batch_id)
+        # and the same sub-windows (Γ), from the same instants.
+        self._grain = self._schedules(self.grains.decide(batch_id, windows), batch_id)
         started = time.perf_counter()
         chain_of = {spec_name(q.name): c.label for c in self.chains for q in c.queries}
         names = pc.replace_substring(partials["query"], SPEC_PREFIX, "", max_replacements=1)
@@ -515,6 +553,8 @@ class SlidingDistinct:
             for c in self.chains
             for q in c.queries
         }
+        # Each query's Γ schedule: the next batch's start (what maps the sub-windows still needed)
+        marker["schedules"] = self._kept_schedules(watermark_ms, marker["windows"])
         live = any(
             mark[2] < 1
             for m in self._before.values()
@@ -572,18 +612,25 @@ class SlidingDistinct:
             sub_us = pa.array(np.full(found.num_rows, c.sub_window_us, np.int64))
             segments.append(found.append_column("sub_us", sub_us))
         found_all = pa.concat_tables(segments) if segments else None
+        rows = None
         if found_all is not None and found_all.num_rows:
             queries = [q for c in self.chains for q in c.queries]
             tops = {q.name: (q.top if self.rank else 0) for q in queries}
-            sub_of = {q.name: c.sub_window_us for c in self.chains for q in c.queries}
             ranking = time.perf_counter()
             rows = rank_segments(found_all.drop_columns(["sub_us"]), tops)
             self.timings["rank_s"] = self.timings.get("rank_s", 0.0) + time.perf_counter() - ranking
             self.timings["segments"] = self.timings.get("segments", 0) + found_all.num_rows
+            if any(s != [(FROM_START, 1)] for s in self._grain.values()):
+                # Γ: a window is reported where a coarse sub-window closes, not at every fine end
+                rows = rows.filter(pa.array(_coarse_ends(rows, self._grain)))
+        if rows is not None and rows.num_rows:
+            sub_of = {q.name: c.sub_window_us for c in self.chains for q in c.queries}
             ends_us = pc.multiply(
                 pc.add(rows["i"], 1), pa.array([sub_of[q] for q in rows["query"].to_pylist()])
             )
             held = _held_of(rows, spans, {q.name: lows[c.label] for c in self.chains for q in c.queries})
+            # Γ: from the start of the coarse sub-window holding the window's first fine one
+            held, m = _coarse_held(rows, held, self._grain)
             lg_k = {q.name: c.lg_k for c in self.chains for q in c.queries}
             distinct, keep, low, high = _precision(rows, stored, held, lg_k)
             window_s = pa.array(held * _column(rows, sub_of) / 1e6, pa.float64())
@@ -600,6 +647,9 @@ class SlidingDistinct:
                     # the span the window held (issue 18 item 4): window_s, less while a window
                     # changed at run time grows
                     "window_s": window_s,
+                    # the report's closing sub-window (seed 004's granularity knob): sub_window_s,
+                    # or a multiple after netmon tune --granularity distinct/NAME
+                    "sub_window_s": pa.array(m * _column(rows, sub_of) / 1e6, pa.float64()),
                 }
             )
             write_table(table, self.results, batch_id)
@@ -650,6 +700,81 @@ class SlidingDistinct:
                 out[q.name] = _Span(_Window(int(held), int(k)), min(int(held), new), new)
         return out
 
+    def _schedules(self, factors: dict[str, int], batch_id: int) -> dict[str, list[tuple[int, int]]]:
+        """Each query's Γ schedule in this batch (``analytics.granularity``), from its state
+        after the previous batch (its store marker) and the batch's factors (``GranularityKnobs``).
+
+        As the top-k kind's (``SlidingTopK._schedules``): a query with nothing closed yet takes
+        its factor from the start; otherwise a change takes effect at the first fine index at or
+        after the first fine sub-window not yet closed that is a multiple of both sub-windows
+        (``plan_change``). A marker written before Γ: every sub-window so far one ``b``.
+        """
+        previous = self._before[max(self._before)] if self._before else {}
+        saved = previous.get("schedules", {})
+        known = previous.get("windows", {})
+        out: dict[str, list[tuple[int, int]]] = {}
+        for c in self.chains:
+            first_open = self._lows[c.label] + 1
+            for q in c.queries:
+                m = factors.get(q.name, 1)
+                fresh = self._watermark_ms is None or known.get(q.name, (0, 0, None))[2] != c.label
+                old = [(int(s), int(x)) for s, x in saved.get(q.name, [])] or [(FROM_START, 1)]
+                if fresh:  # nothing of its chain closed yet: from the start
+                    at = None if old == [(FROM_START, m)] else FROM_START
+                    schedule = [(FROM_START, m)]
+                else:
+                    at, schedule = plan_change(old, first_open, m)
+                if at is not None:
+                    # Γ (seed 004's granularity knob): in force from `at`, the first instant at
+                    # or after this batch's first open sub-window on both the old and the new grid.
+                    log.info(
+                        "granularity change",
+                        extra={
+                            "query": q.name,
+                            "batch": batch_id,
+                            "to_s": m * c.sub_window_us / 1e6,
+                            "at_sub_window": at,
+                        },
+                    )
+                out[q.name] = schedule
+        return out
+
+    def _kept_schedules(
+        self, watermark_ms: int | None, windows: dict[str, list[Any]]
+    ) -> dict[str, list[list[int]]]:
+        """The schedules to save: what maps the fine sub-windows a later batch may still read
+        (from the first one a rebuilt carry reads, ``_rebuilt``, on)."""
+        out = {}
+        for c in self.chains:
+            last = _last(c, watermark_ms)
+            for q in c.queries:
+                schedule = self._grain[q.name]
+                if last > _BEFORE_ALL and len(schedule) > 1:
+                    schedule = pruned(schedule, last - int(windows[q.name][0]) - self._slack(c))
+                out[q.name] = [[s, m] for s, m in schedule]
+        return out
+
+    def _slack(self, c: Chain) -> int:
+        """How much further back than a window's span a rebuilt carry reads: ``max m − 1`` over the
+        chain's schedules (the fine sub-windows of a coarse one straddling the span's start)."""
+        return (
+            max((m for q in c.queries for _, m in self._grain.get(q.name, [(FROM_START, 1)])), default=1) - 1
+        )
+
+    def _labelled(self, sketches: pa.Table) -> np.ndarray:
+        """Each store row's sub-window for stage 3: its own, or under Γ the last fine sub-window
+        of the coarse one holding it (the coarse sub-window's sketches are united there; the
+        carry keeps them pending until it closes, and a window holds it while it ends in it)."""
+        idx = np.asarray(sketches["idx"].to_numpy(), np.int64).copy()
+        for name, schedule in self._grain.items():
+            if schedule == [(FROM_START, 1)] or not len(idx):
+                continue
+            mine = np.asarray(pc.equal(sketches["query"], name).to_numpy(zero_copy_only=False), bool)
+            if mine.any():
+                start, m = coarse_starts(schedule, idx[mine])
+                idx[mine] = start + m - 1
+        return idx
+
     def _parts(self, spans: dict[str, _Span]) -> list[_Part]:
         """The chains cut where their queries' windows or spans held differ (one part each
         otherwise: the configured chains)."""
@@ -686,8 +811,13 @@ class SlidingDistinct:
             keep = pc.and_(keep, pc.is_in(stored["query"], value_set=names))
         return stored.filter(keep)
 
-    def _feed(self, c: Chain, carry: _Carry, sketches: pa.Table) -> None:
-        """Give ``sketches`` (store rows) to the carry, their (query, group) as stable ids."""
+    def _feed(self, c: Chain, carry: _Carry, sketches: pa.Table, after: int | None = None) -> None:
+        """Give ``sketches`` (store rows) to the carry, their (query, group) as stable ids, each
+        under its sub-window for stage 3 (:meth:`_labelled`); ``after``: only those filed after it."""
+        idx = self._labelled(sketches)
+        if after is not None and len(idx) and not (idx > after).all():
+            sketches = sketches.filter(pa.array(idx > after))
+            idx = idx[idx > after]
         if not sketches.num_rows:
             return
         names = pa.array([q.name for q in c.queries], pa.string())
@@ -695,7 +825,7 @@ class SlidingDistinct:
         position = pc.cast(pc.index_in(sketches["query"], value_set=names), pa.string())
         key = pc.binary_join_element_wise(position, sketches["group"], "\x00")
         ids = carry.ids.ids(key, sketches.select(["query", "group"]))
-        carry.coupons.update(ids, sketches["idx"].to_numpy(), sketches["sketch"].combine_chunks())
+        carry.coupons.update(ids, idx, sketches["sketch"].combine_chunks())
 
     def _rebuilt(self, c: Chain, stored: dict[int, dict], lo: int, held: int) -> _Carry:
         """The carry at ``lo`` from the store: the sketches of the ``held`` sub-windows window
@@ -703,12 +833,16 @@ class SlidingDistinct:
 
         On a process's first batch, after a batch that failed or runs again, and when a chain's
         queries part or meet (their windows changed): whatever the carry held, it is a function of
-        those sketches, which no later batch changes.
+        those sketches, which no later batch changes. Under Γ the sketches are filed under their
+        coarse sub-window's last fine one (:meth:`_labelled`): read from ``max m − 1`` further
+        back, those filed in the span are held and those filed after ``lo`` wait (the coarse
+        sub-window still open), as in the carry that went on.
         """
         started = time.perf_counter()
         carry = _Carry(SlidingCoupons(c.k, c.lg_k, lo - held, held=held), GroupIds())
         if lo > _BEFORE_ALL:
-            self._feed(c, carry, self._read(c, self._paths(c, stored, lo - held), lo - held, lo))
+            first = lo - held - self._slack(c)
+            self._feed(c, carry, self._read(c, self._paths(c, stored, first), first, lo), after=lo - held)
             carry.coupons.seek(lo, answers=False)
         carry.coupons.lo = lo
         carry.coupons.held = held
@@ -778,7 +912,8 @@ class SlidingDistinct:
             return
         latest = max(before)
         k = {name: span.before.held for name, span in spans.items()}
-        reach = {c.label: max(k[q.name] for q in c.queries) for c in self.chains}
+        # (under Γ a rebuilt carry reads max m − 1 further back: _rebuilt)
+        reach = {c.label: max(k[q.name] for q in c.queries) + self._slack(c) for c in self.chains}
         low = {q.name: lows[c.label] for c in self.chains for q in c.queries}
         for b, marker in before.items():
             top = marker["max_idx"]
@@ -942,6 +1077,41 @@ def _held_of(rows: pa.Table, spans: dict[str, _Span], lows: dict[str, int]) -> n
     return np.minimum(held + (ends - lo), k)
 
 
+def _coarse_ends(rows: pa.Table, schedules: dict[str, list[tuple[int, int]]]) -> np.ndarray:
+    """Γ: whether each row's window end ``i`` closes a sub-window of its query's schedule (``i + 1``
+    starts one): the only window ends reported."""
+    ends = np.asarray(rows["i"].to_numpy(), np.int64) + 1
+    out = np.ones(len(ends), bool)
+    for name, schedule in schedules.items():
+        if schedule == [(FROM_START, 1)]:
+            continue
+        mine = np.asarray(pc.equal(rows["query"], name).to_numpy(zero_copy_only=False), bool)
+        if mine.any():
+            out[mine] = coarse_starts(schedule, ends[mine])[0] == ends[mine]
+    return out
+
+
+def _coarse_held(
+    rows: pa.Table, held: np.ndarray, schedules: dict[str, list[tuple[int, int]]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Γ: each row's span (in b) and the length (in b) of its closing sub-window. A window holds
+    the coarse sub-windows that end in its last ``held``: from the start of the one holding its
+    first fine sub-window ``i + 1 − held``, a little more than ``held`` just after a change to
+    a finer sub-window (departure from the top-k kind: module docstring)."""
+    ends = np.asarray(rows["i"].to_numpy(), np.int64)
+    span = np.asarray(held, np.int64).copy()
+    m = np.ones(len(ends), np.int64)
+    for name, schedule in schedules.items():
+        if schedule == [(FROM_START, 1)]:
+            continue
+        mine = np.asarray(pc.equal(rows["query"], name).to_numpy(zero_copy_only=False), bool)
+        if mine.any():
+            first = ends[mine] + 1 - span[mine]
+            span[mine] = ends[mine] + 1 - coarse_starts(schedule, first)[0]
+            m[mine] = coarse_starts(schedule, ends[mine])[1]
+    return span, m
+
+
 def _last(c: Chain, watermark_ms: int | None) -> int:
     return _BEFORE_ALL if watermark_ms is None else c.last_index(watermark_ms)
 
@@ -977,6 +1147,8 @@ def build_distinct_batch(cfg: Config, results: Path, checkpoint: Path) -> Slidin
         checkpoint,
         watermark_ms=int(round(cfg.pipeline.watermark_s * 1000)),
         windows=window_file(cfg),
+        granularity=granularity_file(cfg),
+        max_factor=cfg.resources.sub_window_max_factor,
     )
 
 

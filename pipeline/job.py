@@ -475,7 +475,7 @@ class SharedBatch:
             if limit is not None:  # window reduction (the manager's; none without one)
                 limit(self.manager.windows if self.manager is not None else {})
             coarsen = getattr(function, "coarsen", None)
-            if coarsen is not None:  # the manager's coarse step (seed 004 §4.3; the top-k kind)
+            if coarsen is not None:  # the manager's coarse step (seed 004 §4.3; top-k and distinct)
                 coarsen(self.manager.granularity if self.manager is not None else {})
         specs = [spec for f in self.functions.values() for spec in f.specs]
         before = (self.state.load(batch_id) if self.state is not None else None) or {}

@@ -37,8 +37,9 @@ joins shed by PNI.
    (``pipeline.window_knobs``: the same mechanism as ``netmon tune --window``, and every row
    says the window it held).
    Before it, seed 004's coarse step (``[resources] granularity_steps`` = p): the ranged top-k
-   queries' sub-windows of the first ``f = (p − j)/p`` that fits are fixed (:meth:`_reduce`), and
-   the top-k kind's granularity operator takes them as floors (``SlidingTopK.coarsen``).
+   and distinct queries' sub-windows of the first ``f = (p − j)/p`` that fits are fixed, with one
+   shared f (:meth:`_reduce`), and each kind's granularity operator takes them as floors
+   (``SlidingTopK.coarsen``, ``SlidingDistinct.coarsen``: a distinct query's ``distinct/<name>``).
 
 5. **The intake box, last** (:meth:`ResourceManager._intake`): when every query's box at its
    floor is still estimated over the bound — the Kafka read and the decode of every record are
@@ -284,11 +285,12 @@ class ResourceManager:
         """Seed 004 §4.3 under the memory bound: ``{"windows": ..., "granularity": ...}``.
 
         The coarse step first (``[resources] granularity_steps`` = p, ``analytics.window_plan``):
-        the ranged top-k queries' sub-window factors (query -> m > 1, up to
+        the ranged top-k and distinct queries' sub-window factors (``window_key`` -> m > 1, up to
         ``sub_window_max_factor``) of the first ``f = (p − j)/p`` whose estimate fits; then the
         window bisection with them fixed (:meth:`_windows`). Both empty while everything fits at
-        the configured knobs: they go back as soon as the estimate at them fits again. The top-k
-        kind takes the factors as floors of its granularity operator (``pipeline.topk``).
+        the configured knobs: they go back as soon as the estimate at them fits again. The top-k and
+        distinct kinds take the factors as floors of their granularity operators (``pipeline.topk``,
+        ``pipeline.distinct``).
         """
         windows, grain = self._windows(rate, keep, state_correction, with_granularity=True)
         return {"windows": windows, "granularity": grain}
@@ -319,7 +321,7 @@ class ResourceManager:
         if not ranged:
             return ({}, {}) if with_granularity else {}
         bound = self.resources.memory_bound / (state_correction or 1.0)
-        steps = self.resources.granularity_steps if "topk" in kinds else 0
+        steps = self.resources.granularity_steps if {"topk", "distinct"} & set(kinds) else 0
         plan = plan_windows(
             self.model,
             self._cfg,
@@ -336,7 +338,7 @@ class ResourceManager:
 
     @property
     def granularity(self) -> dict[str, int]:
-        """The top-k sub-window factors the last decided batch's coarse step sets (query -> m)."""
+        """The sub-window factors the last decided batch's coarse step sets (``window_key`` -> m)."""
         return {str(n): int(m) for n, m in (self.last.get("granularity") or {}).items()}
 
     @property

@@ -21,12 +21,13 @@ a knob never stops the pipeline. Without an entry a query runs with its configur
 (so a window changed in the configuration takes effect at a restart the same way).
 
 The granularity knob (seed 004's CKSV "granularity"): ``netmon tune --granularity QUERY=SECONDS``
-writes a top-k query's sub-window into ``<data_dir>/control/granularity.json``;
-:class:`GranularityKnobs` decides each batch's factor ``m`` (a whole multiple of the configured
-``sub_window_s``, at most ``[resources] sub_window_max_factor``, the window a multiple of it),
-saved before the batch like the windows, and the top-k kind's granularity operator
-(``pipeline.topk``, ``analytics.granularity``) puts it in force at the first instant that is a
-multiple of both the old and the new sub-window.
+writes a top-k query's sub-window into ``<data_dir>/control/granularity.json`` (a distinct
+query's as ``distinct/<name>``, as in the windows' file); :class:`GranularityKnobs` decides each
+batch's factor ``m`` of one kind's queries (a whole multiple of the configured ``sub_window_s``,
+at most ``[resources] sub_window_max_factor``, the window a multiple of it), saved before the
+batch like the windows, and the kind's granularity operator (``pipeline.topk``,
+``pipeline.distinct``, ``analytics.granularity``) puts it in force at the first instant that is
+a multiple of both the old and the new sub-window.
 """
 
 from __future__ import annotations
@@ -200,14 +201,15 @@ class WindowKnobs:
 
 
 def granularity_file(cfg: Config) -> Path:
-    """The control file of the top-k sub-windows wanted (``netmon tune --granularity`` writes it):
-    ``<data_dir>/control/granularity.json``, ``{"top-sources": 2}`` (seconds), replaced atomically
-    and read as :func:`read_windows` reads the windows."""
+    """The control file of the sub-windows wanted (``netmon tune --granularity`` writes it):
+    ``<data_dir>/control/granularity.json``, ``{"top-sources": 2, "distinct/ddos": 4}`` (seconds;
+    a distinct query's entry is ``distinct/<name>``, :func:`window_key`), replaced atomically and
+    read as :func:`read_windows` reads the windows."""
     return Path(cfg.paths.data_dir) / "control" / "granularity.json"
 
 
 class Grained(Protocol):
-    """A top-k query with a granularity knob (``TopKQuery``)."""
+    """A query with a granularity knob (``TopKQuery``, ``DistinctQuery``)."""
 
     @property
     def name(self) -> str: ...
@@ -216,17 +218,17 @@ class Grained(Protocol):
 
 
 def granularity_factor(
-    q: Grained, seconds: float, window_s: float, max_factor: float
+    q: Grained, seconds: float, window_s: float, max_factor: float, *, label: str = "top-k"
 ) -> tuple[int, str | None]:
     """``(m, problem)``: the whole factor ``seconds / sub_window_s`` and what makes it refused
-    (None: it can be taken at the window ``window_s``).
+    (None: it can be taken at the window ``window_s``); ``label`` names the query's kind.
 
     >>> from netmon.config import TopKQuery
     >>> q = TopKQuery(name="src", key="src_ip", window_s=6.0, sub_window_s=1.0, k=3)
     >>> granularity_factor(q, 2, 6, 4.0), granularity_factor(q, 4, 6, 4.0)[1]
     ((2, None), "top-k query 'src': sub-window 4 s: the window 6 s is not a multiple of it")
     """
-    where = f"top-k query {q.name!r}: sub-window {seconds:g} s"
+    where = f"{label} query {q.name!r}: sub-window {seconds:g} s"
     b_us, s_us = round(q.sub_window_s * 1e6), round(seconds * 1e6)
     m = s_us // b_us if b_us else 0
     if not (s_us > 0 and abs(seconds * 1e6 - s_us) < 1e-3 and s_us % b_us == 0):
@@ -240,18 +242,29 @@ def granularity_factor(
 
 
 class GranularityKnobs:
-    """Each batch's top-k sub-window factors ``m`` (Γ), decided once and saved before the batch.
+    """Each batch's sub-window factors ``m`` (Γ) of one kind's queries, decided once and saved
+    before the batch.
 
-    What ``netmon tune --granularity`` asks (:func:`granularity_file`), made at least as coarse
-    as the resource manager's coarse step (:attr:`floors`, factors); an entry that cannot be
-    taken at the batch's window (:func:`granularity_factor`) is logged once and left out, and
-    then the query's configured sub-window (``m = 1``) or the manager's floor holds. A batch that
-    Spark runs again reads the saved factors, whatever the control file says by then.
+    What ``netmon tune --granularity`` asks (:func:`granularity_file`; the kind's entries: a
+    top-k query's name, ``distinct/<name>`` for a distinct query), made at least as coarse as the
+    resource manager's coarse step (:attr:`floors`, factors); an entry that cannot be taken at
+    the batch's window (:func:`granularity_factor`) is logged once and left out, and then the
+    query's configured sub-window (``m = 1``) or the manager's floor holds. A batch that Spark
+    runs again reads the saved factors, whatever the control file says by then.
     """
 
     def __init__(
-        self, queries: Sequence[Grained], control: Path | None, directory: Path, *, max_factor: float = 4.0
+        self,
+        queries: Sequence[Grained],
+        control: Path | None,
+        directory: Path,
+        *,
+        max_factor: float = 4.0,
+        kind: str = "topk",
     ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
         self.queries = {q.name: q for q in queries}
         self.control = control
         self.max_factor = max_factor
@@ -260,12 +273,20 @@ class GranularityKnobs:
         #: the resource manager's coarse step (query -> m): a sub-window is at least this coarse
         self.floors: dict[str, int] = {}
 
+    def floor(self, factors: Mapping[str, int]) -> None:
+        """The resource manager's coarse step for the next batch, keyed as the control file
+        (:func:`window_key`): this kind's entries become :attr:`floors`."""
+        self.floors = {
+            name: int(m) for key, m in factors.items() for kind, name in [_kind_of(key)] if kind == self.kind
+        }
+
     def decide(self, batch_id: int, windows_ns: Mapping[str, int]) -> dict[str, int]:
         """The factor ``m`` of every query in batch ``batch_id`` at its window (a rerun reads the
         saved ones)."""
         mine = self.state.load(batch_id + 1)
         if mine is not None and mine.get("batch_id") == batch_id:
             return {name: int(m) for name, m in mine["granularity"].items()}
+        label = KINDS[self.kind][1]
         factors = dict.fromkeys(self.queries, 1)
         for name, seconds in self._wanted().items():
             q = self.queries.get(name)
@@ -273,10 +294,11 @@ class GranularityKnobs:
                 known = ", ".join(sorted(self.queries))
                 self._refuse(
                     (name, seconds),
-                    f"{self.control}: no top-k query {name!r} (top-k queries: {known}); left out",
+                    f"{self.control}: no {label} query {name!r} ({label} queries: {known}); left out",
                 )
                 continue
-            m, problem = granularity_factor(q, seconds, windows_ns[name] / _NS, self.max_factor)
+            window_s = windows_ns[name] / _NS
+            m, problem = granularity_factor(q, seconds, window_s, self.max_factor, label=label)
             if problem is not None:
                 self._refuse((name, seconds, windows_ns[name]), f"{self.control}: {problem}; left out")
                 continue
@@ -294,10 +316,16 @@ class GranularityKnobs:
         if self.control is None:
             return {}
         try:
-            return read_windows(self.control)
+            entries = read_windows(self.control)
         except ConfigError as exc:
             self._refuse(("file", str(exc)), f"{exc}; the configured sub-windows stay")
             return {}
+        return {
+            name: seconds
+            for key, seconds in entries.items()
+            for kind, name in [_kind_of(key)]
+            if kind == self.kind
+        }
 
     def _refuse(self, what: tuple[Any, ...], message: str) -> None:
         if what not in self._refused:  # once per problem, not once per batch

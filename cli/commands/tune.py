@@ -6,15 +6,15 @@ next batch, so a change is in force within one trigger, without a restart. ``--w
 top-k or a distinct query's window (``<data_dir>/control/windows.json``, ``pipeline.window_knobs``),
 read by the running pipeline at its next batch whether or not the manager is on: ``NAME`` is the
 query of that name (``topk/NAME`` or ``distinct/NAME`` when both kinds have one).
-``--granularity`` sets a top-k query's sub-window (seed 004's granularity knob:
-``<data_dir>/control/granularity.json``), a whole multiple of its ``sub_window_s`` up to
-``[resources] sub_window_max_factor`` times it that divides the window in force; the running
-pipeline puts it in force at the first instant on both the old and the new grid. Without options
-it shows the knobs in force; ``--clear`` goes back to the configuration.
+``--granularity`` sets a top-k query's sub-window, or a distinct query's as ``distinct/NAME``
+(seed 004's granularity knob: ``<data_dir>/control/granularity.json``), a whole multiple of its
+``sub_window_s`` up to ``[resources] sub_window_max_factor`` times it that divides the window in
+force; the running pipeline puts it in force at the first instant on both the old and the new
+grid. Without options it shows the knobs in force; ``--clear`` goes back to the configuration.
 
     netmon tune --cpu-budget 0.5 --importance top-sources=4 --keep-min-of top-pairs=0.5
     netmon tune --window top-sources=30 --window ddos=120
-    netmon tune --granularity top-sources=2
+    netmon tune --granularity top-sources=2 --granularity distinct/ddos=4
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def _pairs(option: str, values: tuple[str, ...]) -> dict[str, float]:
     "--granularity",
     multiple=True,
     metavar="QUERY=SECONDS",
-    help="A top-k query's sub-window from the next batch on (a whole multiple of its sub_window_s, "
-    "at most sub_window_max_factor times it, dividing its window).",
+    help="A top-k query's sub-window (distinct/NAME: a distinct query's) from the next batch on (a "
+    "whole multiple of its sub_window_s, at most sub_window_max_factor times it, dividing its window).",
 )
 @click.option("--clear", is_flag=True, help="Remove every override: back to the configuration.")
 @click.option("--json", "as_json", is_flag=True, help="Print the knobs in force as JSON.")
@@ -132,13 +132,15 @@ def command(
         for kind, queries in (("topk", cfg.queries.topk), ("distinct", cfg.queries.distinct))
         for q in queries
     }
+    sub_in_use = {
+        window_key(kind, q.name): grains.get(window_key(kind, q.name), q.sub_window_s)
+        for kind, queries in (("topk", cfg.queries.topk), ("distinct", cfg.queries.distinct))
+        for q in queries
+    }
     if as_json:
         body = {**shown, "overridden": sorted(overrides), "manage": res.manage}
         body.update(windows=in_use, windows_overridden=sorted(windows))
-        body.update(
-            sub_windows={q.name: grains.get(q.name, q.sub_window_s) for q in cfg.queries.topk},
-            sub_windows_overridden=sorted(grains),
-        )
+        body.update(sub_windows=sub_in_use, sub_windows_overridden=sorted(grains))
         click.echo(json.dumps(body, sort_keys=True))
         return
     for key, value in shown.items():
@@ -147,9 +149,9 @@ def command(
     for key, seconds in in_use.items():
         mark = " (overridden)" if key in windows else ""
         click.echo(f"{'window ' + key:<18} {seconds:g} s{mark}")
-    for q in cfg.queries.topk:
-        mark = " (overridden)" if q.name in grains else ""
-        click.echo(f"{'sub-window ' + q.name:<18} {grains.get(q.name, q.sub_window_s):g} s{mark}")
+    for key, seconds in sub_in_use.items():
+        mark = " (overridden)" if key in grains else ""
+        click.echo(f"{'sub-window ' + key:<18} {seconds:g} s{mark}")
     if not res.manage and not ((window or granularity) and not changed):  # the windows need no manager
         click.echo(
             "note: [resources] manage is false: no resource manager reads these until it is on", err=True
@@ -183,34 +185,57 @@ def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, floa
 def _granularities(
     cfg: Config, given: tuple[str, ...], clear: bool, windows: dict[str, float], max_factor: float
 ) -> dict[str, float]:
-    """The top-k sub-windows asked for (``pipeline.window_knobs.granularity_file``), checked
-    against their query at the window in force (``windows``, else ``window_s``); written when
-    changed."""
-    from pipeline.window_knobs import granularity_factor, granularity_file, read_windows, write_windows
+    """The sub-windows asked for (``pipeline.window_knobs.granularity_file``; a top-k query's
+    name, ``distinct/NAME`` for a distinct query), checked against their query at the window in
+    force (``windows``, else ``window_s``); written when changed."""
+    from pipeline.window_knobs import (
+        KINDS,
+        granularity_factor,
+        granularity_file,
+        read_windows,
+        window_key,
+        write_windows,
+    )
 
     path = granularity_file(cfg)
     try:
         grains = {} if clear else read_windows(path)
     except ConfigError as exc:
         raise click.ClickException(f"{exc} (netmon tune --clear starts afresh)") from None
-    queries = {q.name: q for q in cfg.queries.topk}
     for name, seconds in _pairs("--granularity", given).items():
-        q = queries.get(name.removeprefix("topk/"))
-        if q is None:
-            raise click.UsageError(
-                f"--granularity: no top-k query {name!r} (top-k queries: {', '.join(queries) or 'none'})"
-            )
-        window_s = windows.get(q.name, q.window_s)
-        problem = granularity_factor(q, seconds, window_s, max_factor)[1]
+        kind, q = _grained(cfg, name)
+        key = window_key(kind, q.name)
+        window_s = windows.get(key, q.window_s)
+        problem = granularity_factor(q, seconds, window_s, max_factor, label=KINDS[kind][1])[1]
         if problem is not None:
             raise click.UsageError(f"--granularity: {problem}")
-        grains[q.name] = seconds
+        grains[key] = seconds
     if given or clear:
         if grains:
             write_windows(path, grains)
         else:
             path.unlink(missing_ok=True)
     return grains
+
+
+def _grained(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:
+    """``(kind, query)`` of a ``--granularity`` name: a top-k query's ``NAME`` (or ``topk/NAME``),
+    a distinct query's ``distinct/NAME``."""
+    if name.startswith("distinct/"):
+        distinct = {q.name: q for q in cfg.queries.distinct}
+        wanted = name.removeprefix("distinct/")
+        found = distinct.get(wanted)
+        if found is None:
+            known = ", ".join(distinct) or "none"
+            raise click.UsageError(f"--granularity: no distinct query {wanted!r} (distinct queries: {known})")
+        return "distinct", found
+    queries = {q.name: q for q in cfg.queries.topk}
+    q = queries.get(name.removeprefix("topk/"))
+    if q is None:
+        raise click.UsageError(
+            f"--granularity: no top-k query {name!r} (top-k queries: {', '.join(queries) or 'none'})"
+        )
+    return "topk", q
 
 
 def _windowed(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:

@@ -58,7 +58,7 @@ class ResourcesConfig:
     #: the coarsest sub-window a query may use, as a multiple of its configured sub_window_s
     sub_window_max_factor: float = 4.0
     #: seed 004 §4.3's coarse step, ``p``: the manager tries f = (p − j)/p, j = 0..p, for the
-    #: ranged top-k queries' sub-windows before it reduces windows (0: no coarse step)
+    #: ranged top-k and distinct queries' sub-windows before it reduces windows (0: no coarse step)
     granularity_steps: int = 2
     #: the lowest sampling fraction a drop box may keep (seed 000 §5.2, lower bound ℓ)
     keep_min: float = 0.1

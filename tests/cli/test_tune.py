@@ -151,10 +151,9 @@ def test_a_top_k_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path)
     done = _tune(config, "--granularity", "topk/dst=8", "--json")
     assert done.exit_code == 0, done.output
     shown = json.loads(done.output)
-    assert shown["sub_windows"] == {"src": 3.0, "dst": 8.0} and shown["sub_windows_overridden"] == [
-        "dst",
-        "src",
-    ]
+    # the configuration's default distinct queries are listed too, as distinct/NAME (not overridden)
+    top_k = {key: s for key, s in shown["sub_windows"].items() if not key.startswith("distinct/")}
+    assert top_k == {"src": 3.0, "dst": 8.0} and shown["sub_windows_overridden"] == ["dst", "src"]
     for args, message in (
         (
             ("--granularity", "src=2.5"),
@@ -176,5 +175,60 @@ def test_a_top_k_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path)
         errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and message in errors[0], done.output  # one line
     assert read_windows(granularity_file(cfg)) == {"src": 3.0, "dst": 8.0}  # refused: nothing changed
+    assert _tune(config, "--clear").exit_code == 0
+    assert not granularity_file(cfg).exists()
+
+
+def test_a_distinct_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
+    """``--granularity distinct/NAME=SECONDS``: what the running distinct kind's granularity
+    operator reads at its next batch (``pipeline.window_knobs.GranularityKnobs(kind="distinct")``),
+    beside a top-k query of the same name; refused with the top-k knob's one-line reasons."""
+    from pipeline.window_knobs import granularity_file, read_windows
+
+    config = tmp_path / "netmon.toml"
+    config.write_text(
+        f'[paths]\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[queries.topk]]\nname = "ddos"\nwindow_s = 12\nsub_window_s = 1\n'
+        '[[queries.distinct]]\nname = "ddos"\ncount = "src_ip"\ngroup_by = "dst_ip"\n'
+        "window_s = 60\nsub_window_s = 2\n"
+    )
+    cfg = load_config(config)
+    done = _tune(config, "--granularity", "distinct/ddos=6")
+    assert done.exit_code == 0, done.output
+    assert "sub-window distinct/ddos 6 s (overridden)" in done.output
+    assert "sub-window ddos    1 s\n" in done.output  # the top-k query of the same name: untouched
+    assert read_windows(granularity_file(cfg)) == {"distinct/ddos": 6.0}
+    done = _tune(config, "--granularity", "ddos=3", "--json")
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)
+    assert shown["sub_windows"] == {"ddos": 3.0, "distinct/ddos": 6.0}
+    assert shown["sub_windows_overridden"] == ["ddos", "distinct/ddos"]
+    for args, message in (
+        (
+            ("--granularity", "distinct/ddos=3"),
+            "--granularity: distinct query 'ddos': sub-window 3 s is not a whole multiple of sub_window_s",
+        ),
+        (
+            ("--granularity", "distinct/ddos=10"),
+            "distinct query 'ddos': sub-window 10 s is more than sub_window_max_factor = 4",
+        ),
+        (
+            ("--granularity", "distinct/ddos=8"),
+            "distinct query 'ddos': sub-window 8 s: the window 60 s is not a multiple of it",
+        ),
+        (
+            ("--window", "distinct/ddos=20", "--granularity", "distinct/ddos=8"),
+            "distinct query 'ddos': sub-window 8 s: the window 20 s is not a multiple of it",
+        ),
+        (
+            ("--granularity", "distinct/nosuch=2"),
+            "--granularity: no distinct query 'nosuch' (distinct queries: ddos)",
+        ),
+    ):
+        done = _tune(config, *args)
+        assert done.exit_code != 0 and message in done.output, (args, done.output)
+        errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and message in errors[0], done.output  # one line
+    assert read_windows(granularity_file(cfg)) == {"ddos": 3.0, "distinct/ddos": 6.0}  # refused: unchanged
     assert _tune(config, "--clear").exit_code == 0
     assert not granularity_file(cfg).exists()

@@ -89,8 +89,10 @@ def _streamed_bounded(cfg: Config) -> dict[str, Bounded]:
     if rows:
         # The answer's columns, then the precision columns (docs/distinct.md): no drop box here,
         # so every row's interval is the sketch's own error (coupon mode: the count itself).
-        # ``window_s``: the span held, the configured window without a change at run time
-        assert tuple(table.column_names) == (*COLUMNS, "keep", "distinct_low", "distinct_high", "window_s")
+        # ``window_s``: the span held, the configured window without a change at run time;
+        # ``sub_window_s``: the configured sub-window without Γ
+        precision = ("keep", "distinct_low", "distinct_high", "window_s", "sub_window_s")
+        assert tuple(table.column_names) == (*COLUMNS, *precision)
         lg_k = {q.name: q.lg_k for q in cfg.queries.distinct}
         window = {q.name: q.window_s for q in cfg.queries.distinct}
         assert all(r["keep"] == 1.0 and r["window_s"] == window[r["query"]] for r in rows)

@@ -519,3 +519,88 @@ def test_the_coarse_step_fixes_the_finest_granularity_that_fits_then_reduces_win
     assert kind.grains.decide(0, {"top-sources": 400 * 10**9}) == {"top-sources": 2}
     kind.coarsen(decided[4][0])
     assert kind.grains.decide(1, {"top-sources": 600 * 10**9}) == {"top-sources": 1}
+
+
+def test_the_coarse_step_turns_the_distinct_queries_by_the_top_k_queries_shared_f_and_back(
+    tmp_path: Path,
+) -> None:
+    """Seed 004 §4.3's coarse step over a ranged distinct query beside a ranged top-k one, one
+    shared f (p = 2): f = 1, ½, 0 set both sub-windows (the allowed factor closest to coarsest +
+    f·(finest − coarsest): 1, 2, 4 of 1 s, dividing 600 and 60) and windows; the first f whose
+    estimate fits fixes them, the distinct query's keyed ``distinct/<name>`` and estimated with
+    ``N/(m·b)`` sketches per group (``CostModel.distinct(m=)``). Checked against a brute force over
+    the model; the estimate with the plan is within the bound; a rerun gets the same decision;
+    the distinct kind takes its factor as its granularity floor (not the top-k one of the same
+    name); both go back when the load falls."""
+    from analytics.window_plan import estimated
+    from netmon.config import DistinctQuery, TopKQuery
+    from pipeline.distinct import SlidingDistinct, chains_of
+
+    top = TopKQuery(name="top-sources", window_s=600.0, sub_window_s=1.0, k=200, window_range_s=(60.0, 600.0))
+    ranged = DistinctQuery(
+        name="ddos",
+        count="src_ip",
+        group_by="dst_ip",
+        window_s=600.0,
+        sub_window_s=1.0,
+        window_range_s=(60.0, 600.0),
+    )
+    cfg = Config().replace(
+        paths={"data_dir": tmp_path / "data"}, queries={"topk": (top,), "distinct": (ranged,)}
+    )
+    model = CostModel(DEFAULT_CONSTANTS, 5.0)
+    shared = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=SHARED_KINDS))
+    w = Workload(rate_pps=40_000)
+
+    def memory(m: int, window: float, *, only_distinct: bool = False) -> float:
+        grain = {"distinct/ddos": m} if only_distinct else {"top-sources": m, "distinct/ddos": m}
+        windows = (
+            {"distinct/ddos": window} if only_distinct else {"top-sources": window, "distinct/ddos": window}
+        )
+        return estimated(model, shared, w, windows, {}, grain)[1]
+
+    # Γ saves the distinct query's state here: fewer sketches per group (a header each)
+    assert memory(2, 600, only_distinct=True) < memory(1, 600, only_distinct=True)
+    assert memory(4, 600, only_distinct=True) < memory(2, 600, only_distinct=True)
+    budget = int(0.9 * memory(2, 600))
+    assert memory(1, 600) > budget  # the finest does not fit
+    cfg = dataclasses.replace(
+        cfg,
+        resources=dataclasses.replace(
+            cfg.resources, manage=True, memory_budget=str(budget), reserve=0.0, granularity_steps=2
+        ),
+    )
+    m = ResourceManager(cfg, tmp_path / "rm", model=model, clock=Clock())
+    bound = m.resources.memory_bound
+    # brute force: f = (p - j)/p -> (factor, window at f as a multiple of it)
+    steps = [(1.0, 1), (0.5, 2), (0.0, 4)]
+    fits = [memory(g, 60 + (f * 540) // g * g) <= bound for f, g in steps]
+    first = fits.index(True)
+    g = steps[first][1]
+    assert g > 1
+    best = max(x for x in range(60, 601, g) if memory(g, x) <= bound)
+    decided = []
+    clock = m.clock
+    for i, packets in enumerate([40_000, 40_000, 40_000, 1_000, 1_000]):
+        m.decide(i)
+        decided.append((m.granularity, m.windows))
+        if i == 2:  # Spark runs the batch again: the same decision, whatever was measured since
+            m.observe(i, 1_000, 0.1)
+            m.decide(i)
+            assert (m.granularity, m.windows) == decided[-1]
+        clock.t += 1.0
+        m.observe(i, packets, 0.1)  # light on CPU: only the memory bound acts
+    assert decided[0] == ({}, {})  # nothing measured yet
+    grain = {"top-sources": g, "distinct/ddos": g}
+    assert decided[1] == decided[2] == decided[3]
+    assert decided[1][0] == grain
+    windows = decided[1][1]
+    assert abs(max(windows.values()) - best) <= g and set(windows) <= {"top-sources", "distinct/ddos"}
+    assert estimated(model, shared, w, windows, {}, grain)[1] <= bound  # the plan fits
+    assert decided[4] == ({}, {})  # the load fell: the configured sub-windows and windows again
+    # the distinct kind takes the coarse step as the floor of its granularity operator
+    kind = SlidingDistinct(chains_of([ranged]), tmp_path / "results", tmp_path / "ck", watermark_ms=5000)
+    kind.coarsen({**decided[1][0], "ddos": 4})  # "ddos": a top-k entry of the same name
+    assert kind.grains.decide(0, {"ddos": 600 * 10**9}) == {"ddos": g}
+    kind.coarsen(decided[4][0])
+    assert kind.grains.decide(1, {"ddos": 600 * 10**9}) == {"ddos": 1}
