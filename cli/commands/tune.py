@@ -20,6 +20,7 @@ grid. Without options it shows the knobs in force; ``--clear`` goes back to the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -116,8 +117,12 @@ def command(
         res = in_force(cfg, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    windows = _windows(cfg, window, clear)
-    grains = _granularities(cfg, granularity, clear, windows, res.sub_window_max_factor)
+    # Everything is checked before either control file is written: a refused command changes nothing.
+    windows, save_windows = _windows(cfg, window, clear)
+    grains, save_grains = _granularities(cfg, granularity, clear, windows, res.sub_window_max_factor)
+    _windows_fit_sub_windows(cfg, window, windows, grains)
+    save_windows()
+    save_grains()
     changed = (
         clear or any(v is not None for v in (cpu_budget, reserve, keep_min)) or importance or keep_min_of
     )
@@ -158,9 +163,9 @@ def command(
         )
 
 
-def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, float]:
+def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> tuple[dict[str, float], Callable[[], None]]:
     """The windows asked for (control file entries, ``pipeline.window_knobs.window_key``),
-    checked against their queries; written when changed."""
+    checked against their queries, and what writes them when changed."""
     from pipeline.window_knobs import read_windows, window_file, window_key, write_windows
 
     path = window_file(cfg)
@@ -174,20 +179,43 @@ def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> dict[str, floa
         if problem is not None:
             raise click.UsageError(f"--window: {problem}")
         windows[window_key(kind, q.name)] = seconds
-    if given or clear:
-        if windows:
-            write_windows(path, windows)
-        else:
-            path.unlink(missing_ok=True)
-    return windows
+
+    def save() -> None:
+        if given or clear:
+            if windows:
+                write_windows(path, windows)
+            else:
+                path.unlink(missing_ok=True)
+
+    return windows, save
+
+
+def _windows_fit_sub_windows(
+    cfg: Config, given: tuple[str, ...], windows: dict[str, float], grains: dict[str, float]
+) -> None:
+    """Each window asked for is a whole multiple of its query's sub-window in force (the
+    granularity file's, or the one asked for with it): else the running kind would refuse that
+    granularity at its next batch and fall back to the configured sub-window."""
+    from pipeline.window_knobs import window_key
+
+    for name in _pairs("--window", given):
+        kind, q = _windowed(cfg, name)
+        key = window_key(kind, q.name)
+        sub = grains.get(key)
+        if sub is not None and round(windows[key] * 1e6) % round(sub * 1e6):
+            raise click.UsageError(
+                f"--window: {'distinct' if kind == 'distinct' else 'top-k'} query {q.name!r}: window "
+                f"{windows[key]:g} s is not a multiple of its sub-window {sub:g} s in force "
+                f"(netmon tune --granularity {key}=SECONDS first)"
+            )
 
 
 def _granularities(
     cfg: Config, given: tuple[str, ...], clear: bool, windows: dict[str, float], max_factor: float
-) -> dict[str, float]:
+) -> tuple[dict[str, float], Callable[[], None]]:
     """The sub-windows asked for (``pipeline.window_knobs.granularity_file``; a top-k query's
     name, ``distinct/NAME`` for a distinct query), checked against their query at the window in
-    force (``windows``, else ``window_s``); written when changed."""
+    force (``windows``, else ``window_s``), and what writes them when changed."""
     from pipeline.window_knobs import (
         KINDS,
         granularity_factor,
@@ -210,12 +238,15 @@ def _granularities(
         if problem is not None:
             raise click.UsageError(f"--granularity: {problem}")
         grains[key] = seconds
-    if given or clear:
-        if grains:
-            write_windows(path, grains)
-        else:
-            path.unlink(missing_ok=True)
-    return grains
+
+    def save() -> None:
+        if given or clear:
+            if grains:
+                write_windows(path, grains)
+            else:
+                path.unlink(missing_ok=True)
+
+    return grains, save
 
 
 def _grained(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:

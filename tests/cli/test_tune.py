@@ -133,8 +133,9 @@ def test_a_top_k_or_distinct_window_is_checked_written_shown_and_cleared(tmp_pat
 def test_a_top_k_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path) -> None:
     """``--granularity QUERY=SECONDS``: what the running top-k kind's granularity operator reads at
     its next batch (``pipeline.window_knobs.GranularityKnobs``); refused with a one-line reason
-    naming the query and the rule when it cannot be taken at the window in force."""
-    from pipeline.window_knobs import granularity_file, read_windows
+    naming the query and the rule when it cannot be taken at the window in force, and a window
+    refused when it does not fit the sub-window in force; a refused command writes nothing."""
+    from pipeline.window_knobs import granularity_file, read_windows, window_file
 
     config = tmp_path / "netmon.toml"
     config.write_text(
@@ -175,6 +176,21 @@ def test_a_top_k_sub_window_is_checked_written_shown_and_cleared(tmp_path: Path)
         errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and message in errors[0], done.output  # one line
     assert read_windows(granularity_file(cfg)) == {"src": 3.0, "dst": 8.0}  # refused: nothing changed
+    assert not window_file(cfg).exists()  # the refused --window src=8 was not written either
+    # A window must fit the sub-window in force (the running kind would otherwise drop it).
+    done = _tune(config, "--window", "src=8")
+    assert done.exit_code != 0, done.output
+    assert (
+        "--window: top-k query 'src': window 8 s is not a multiple of its sub-window 3 s in force"
+        in done.output
+    )
+    assert not window_file(cfg).exists()
+    done = _tune(config, "--window", "src=9")
+    assert done.exit_code == 0, done.output
+    assert read_windows(window_file(cfg)) == {"src": 9.0}
+    assert _tune(config, "--window", "src=8", "--granularity", "src=2").exit_code == 0  # both at once
+    assert read_windows(window_file(cfg)) == {"src": 8.0}
+    assert read_windows(granularity_file(cfg)) == {"src": 2.0, "dst": 8.0}
     assert _tune(config, "--clear").exit_code == 0
     assert not granularity_file(cfg).exists()
 
