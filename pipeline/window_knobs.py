@@ -113,7 +113,52 @@ def write_windows(path: Path, windows: Mapping[str, float]) -> None:
     tmp.replace(path)
 
 
-class WindowKnobs:
+class _Knobs:
+    """What :class:`WindowKnobs` and :class:`GranularityKnobs` share: one kind's entries of a
+    control file, each problem logged once, and a batch's decision saved before it runs and read
+    back by a rerun."""
+
+    #: what stays when the control file cannot be read ("windows", "sub-windows")
+    _KEPT = ""
+
+    def __init__(self, queries: Sequence[Any], control: Path | None, directory: Path, kind: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        self.kind = kind
+        self.queries = {q.name: q for q in queries}
+        self.control = control
+        self.state = BatchState(Path(directory))
+        self._refused: set[tuple[Any, ...]] = set()
+
+    def _mine(self, entries: Mapping[str, Any]) -> dict[str, Any]:
+        """This kind's entries of ``entries`` (keyed as the control file, :func:`window_key`),
+        by query name."""
+        return {name: v for key, v in entries.items() for kind, name in [_kind_of(key)] if kind == self.kind}
+
+    def _saved(self, batch_id: int, field: str) -> dict[str, int] | None:
+        """The decision saved for batch ``batch_id`` (a rerun), or None."""
+        mine = self.state.load(batch_id + 1)
+        if mine is not None and mine.get("batch_id") == batch_id:
+            return {name: int(v) for name, v in mine[field].items()}
+        return None
+
+    def _wanted(self) -> dict[str, float]:
+        if self.control is None:
+            return {}
+        try:
+            entries = read_windows(self.control)
+        except ConfigError as exc:
+            self._refuse(("file", str(exc)), f"{exc}; the configured {self._KEPT} stay")
+            return {}
+        return self._mine(entries)
+
+    def _refuse(self, what: tuple[Any, ...], message: str) -> None:
+        if what not in self._refused:  # once per problem, not once per batch
+            self._refused.add(what)
+            log.warning(message)
+
+
+class WindowKnobs(_Knobs):
     """Each batch's windows (ns per query), decided once and saved before the batch runs.
 
     Parameters
@@ -128,31 +173,25 @@ class WindowKnobs:
         ``"topk"`` or ``"distinct"``: which entries of the control file are the kind's.
     """
 
+    _KEPT = "windows"
+
     def __init__(
         self, queries: Sequence[Windowed], control: Path | None, directory: Path, *, kind: str = "topk"
     ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-        self.kind = kind
-        self.queries = {q.name: q for q in queries}
-        self.control = control
-        self.state = BatchState(Path(directory))
-        self._refused: set[tuple[str, Any]] = set()
+        super().__init__(queries, control, directory, kind)
         #: the resource manager's window reduction (query -> seconds): a window is at most this
         self.limits: dict[str, float] = {}
 
     def limit(self, windows: Mapping[str, float]) -> None:
         """The resource manager's window reduction for the next batch, keyed as the control file
         (:func:`window_key`): this kind's entries become :attr:`limits`."""
-        self.limits = {
-            name: s for key, s in windows.items() for kind, name in [_kind_of(key)] if kind == self.kind
-        }
+        self.limits = self._mine(windows)
 
     def decide(self, batch_id: int) -> dict[str, int]:
         """The window of every query in batch ``batch_id``, in ns (a rerun reads the saved ones)."""
-        mine = self.state.load(batch_id + 1)
-        if mine is not None and mine.get("batch_id") == batch_id:
-            return {name: int(ns) for name, ns in mine["windows"].items()}
+        saved = self._saved(batch_id, "windows")
+        if saved is not None:
+            return saved
         windows = {name: round(q.window_s * _NS) for name, q in self.queries.items()}
         for name, seconds in self._wanted().items():
             q = self.queries.get(name)
@@ -175,26 +214,6 @@ class WindowKnobs:
                 windows[name] = min(windows[name], round(seconds * _NS))
         self.state.save(batch_id, {"batch_id": batch_id, "windows": windows})
         return windows
-
-    def _wanted(self) -> dict[str, float]:
-        if self.control is None:
-            return {}
-        try:
-            entries = read_windows(self.control)
-        except ConfigError as exc:
-            self._refuse(("file", str(exc)), f"{exc}; the configured windows stay")
-            return {}
-        mine = {}
-        for key, seconds in entries.items():
-            kind, name = _kind_of(key)
-            if kind == self.kind:
-                mine[name] = seconds
-        return mine
-
-    def _refuse(self, what: tuple[str, Any], message: str) -> None:
-        if what not in self._refused:  # once per problem, not once per batch
-            self._refused.add(what)
-            log.warning(message)
 
 
 # -- the granularity knob (seed 004's CKSV "granularity", the coarse step) ------------------------
@@ -241,7 +260,7 @@ def granularity_factor(
     return m, None
 
 
-class GranularityKnobs:
+class GranularityKnobs(_Knobs):
     """Each batch's sub-window factors ``m`` (Γ) of one kind's queries, decided once and saved
     before the batch.
 
@@ -253,6 +272,8 @@ class GranularityKnobs:
     runs again reads the saved factors, whatever the control file says by then.
     """
 
+    _KEPT = "sub-windows"
+
     def __init__(
         self,
         queries: Sequence[Grained],
@@ -262,30 +283,22 @@ class GranularityKnobs:
         max_factor: float = 4.0,
         kind: str = "topk",
     ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-        self.kind = kind
-        self.queries = {q.name: q for q in queries}
-        self.control = control
+        super().__init__(queries, control, directory, kind)
         self.max_factor = max_factor
-        self.state = BatchState(Path(directory))
-        self._refused: set[tuple[str, Any]] = set()
         #: the resource manager's coarse step (query -> m): a sub-window is at least this coarse
         self.floors: dict[str, int] = {}
 
     def floor(self, factors: Mapping[str, int]) -> None:
         """The resource manager's coarse step for the next batch, keyed as the control file
         (:func:`window_key`): this kind's entries become :attr:`floors`."""
-        self.floors = {
-            name: int(m) for key, m in factors.items() for kind, name in [_kind_of(key)] if kind == self.kind
-        }
+        self.floors = {name: int(m) for name, m in self._mine(factors).items()}
 
     def decide(self, batch_id: int, windows_ns: Mapping[str, int]) -> dict[str, int]:
         """The factor ``m`` of every query in batch ``batch_id`` at its window (a rerun reads the
         saved ones)."""
-        mine = self.state.load(batch_id + 1)
-        if mine is not None and mine.get("batch_id") == batch_id:
-            return {name: int(m) for name, m in mine["granularity"].items()}
+        saved = self._saved(batch_id, "granularity")
+        if saved is not None:
+            return saved
         label = KINDS[self.kind][1]
         factors = dict.fromkeys(self.queries, 1)
         for name, seconds in self._wanted().items():
@@ -311,23 +324,3 @@ class GranularityKnobs:
                 factors[name] = m
         self.state.save(batch_id, {"batch_id": batch_id, "granularity": factors})
         return factors
-
-    def _wanted(self) -> dict[str, float]:
-        if self.control is None:
-            return {}
-        try:
-            entries = read_windows(self.control)
-        except ConfigError as exc:
-            self._refuse(("file", str(exc)), f"{exc}; the configured sub-windows stay")
-            return {}
-        return {
-            name: seconds
-            for key, seconds in entries.items()
-            for kind, name in [_kind_of(key)]
-            if kind == self.kind
-        }
-
-    def _refuse(self, what: tuple[Any, ...], message: str) -> None:
-        if what not in self._refused:  # once per problem, not once per batch
-            self._refused.add(what)
-            log.warning(message)
