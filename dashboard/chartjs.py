@@ -66,11 +66,7 @@ def _plain(v: Any) -> Any:
         return None
     if isinstance(v, (np.datetime64, pd.Timestamp, dt.datetime)):
         t = pd.Timestamp(v)
-        return (
-            None
-            if pd.isna(t)
-            else int(t.tz_convert("UTC").value // 1_000_000 if t.tzinfo else t.value // 1_000_000)
-        )
+        return None if pd.isna(t) else int(t.value // 1_000_000)  # .value: UTC ns, with or without a zone
     if isinstance(v, (np.integer, int)) and not isinstance(v, bool):
         return int(v)
     if isinstance(v, (np.floating, float)):
@@ -209,9 +205,7 @@ def _lines(fig: go.Figure) -> list[dict[str, Any]]:
     return out
 
 
-def _histogram(
-    fig: go.Figure, traces: Sequence[Any], colors: tuple[str, ...]
-) -> tuple[list[dict[str, Any]], list[float]]:
+def _histogram(traces: Sequence[Any], colors: tuple[str, ...]) -> list[dict[str, Any]]:
     """Histogram traces as stacked bars over shared bins (``bingroup``): one dataset a trace,
     the count of its values in each bin."""
     values = [np.asarray([v for v in _values(t.x) if v is not None], float) for t in traces]
@@ -233,7 +227,7 @@ def _histogram(
                 ),
             }
         )
-    return sets, edges.tolist()
+    return sets
 
 
 def config(fig: go.Figure) -> dict[str, Any]:
@@ -270,7 +264,7 @@ def config(fig: go.Figure) -> dict[str, Any]:
     if histograms:
         if len(histograms) != len(fig.data):
             raise Unsupported("a histogram with other traces")
-        datasets, _ = _histogram(fig, histograms, colors)
+        datasets = _histogram(histograms, colors)
     axes: list[str] = []
     for i, t in enumerate(fig.data if not histograms else ()):
         color = (t.line.color if t.type == "scatter" else None) or (t.marker.color if t.marker else None)
