@@ -31,11 +31,12 @@ skewed keys make the distinct-key counts, and so the estimates, upper bounds.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,15 @@ __all__ = [
     "Workload",
     "calibration_file",
     "distinct_keys",
+    "distinct_keys_skewed",
+    "key_codes",
+    "key_profile",
     "load_constants",
+    "occupancy_curve",
     "place_sampling",
     "save_constants",
+    "workload_fields",
+    "workload_keys",
     "workload_of",
 ]
 
@@ -87,6 +94,11 @@ class CostConstants:
     join_update_s: float = 5.0e-7
     #: join C_p: probe for and produce one result, seconds
     join_probe_s: float = 5.0e-7
+    #: the joins kind on the driver, around C_u and C_p: one tuple staged (Arrow to the join's
+    #: arrays, its payload, the state files) and one result row written (a match, or a SYN left
+    #: unanswered), seconds (``pipeline.joins_batch``; no seed names them)
+    join_stage_s: float = 0.0
+    join_row_s: float = 0.0
     #: one aggregate row of state (traffic window, partial count), bytes
     row_bytes: float = 40.0
     #: one (key, count) pair of Alg. 6's state, bytes
@@ -121,8 +133,14 @@ class CostConstants:
     topk_factor: float = 1.0
     distinct_factor: float = 1.0
     joins_factor: float = 1.0
-    #: the alert features' driver part per packet (no formula: measured in the pipeline only)
+    features_factor: float = 1.0
+    #: the alert features' driver part per packet, besides :meth:`CostModel.features` (written by
+    #: calibrations before the features had a formula; 0 since)
     features_row_s: float = 0.0
+    #: seconds per micro-batch outside every part (Spark's offsets, commit and progress), and per
+    #: packet: they time no query, but lengthen a batch (:meth:`CostModel.batch_period`)
+    other_batch_s: float = 0.0
+    other_row_s: float = 0.0
     #: "defaults", or how and when they were measured
     source: str = "defaults"
 
@@ -214,12 +232,21 @@ class Workload:
     synack_fraction: float = 0.02
     link_fraction: float = 0.5
     link_selectivity: float = 1e-4
+    #: the share of the records the alert features buffer as control records (TCP SYNs, SYN-ACKs,
+    #: RSTs, ICMP unreachables: ``analytics.alert_features.control_mask``)
+    control_fraction: float = 0.05
     #: measured distinct values of particular record fields, e.g. (("dst_port", 1200.0),)
     key_cardinalities: tuple[tuple[str, float], ...] = ()
+    #: measured key frequencies of particular keys (comma-separated fields, as a query names
+    #: them): per key, :func:`key_profile`'s ``(probability, keys)`` bins
+    key_profiles: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+    #: measured distinct values among ``n`` consecutive records of particular keys: per key,
+    #: :func:`occupancy_curve`'s ``(n, distinct)`` points
+    key_curves: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            if f.name == "key_cardinalities":
+            if f.name in ("key_cardinalities", "key_profiles", "key_curves"):
                 continue
             value = getattr(self, f.name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -242,15 +269,184 @@ class Workload:
             total *= known.get(name, self.protocols if name == "proto" else fallback)
         return total
 
+    def distinct(self, key: str, n: float, default: float | None = None) -> float:
+        """Expected distinct values of ``key`` among ``n`` records: on its measured occupancy curve
+        when the workload has one (:func:`occupancy_curve`: consecutive records, their skew and
+        their locality in time as they are), else over its measured frequencies
+        (:func:`distinct_keys_skewed`: skewed, independent), else ``D(n, K)`` over
+        :meth:`cardinality`'s ``K`` equally likely values.
 
-def workload_of(records: Any, rate_pps: float, fields: Iterable[str] = ()) -> Workload:
+        >>> w = Workload(rate_pps=1, key_profiles=(("src_ip", ((0.5, 1.0), (0.005, 100.0))),))
+        >>> round(w.distinct("src_ip", 100), 1), round(w.distinct("dst_ip", 100, default=101), 1)
+        (40.3, 63.5)
+        """
+        name = _key_name(key)
+        profile = dict(self.key_profiles).get(name)
+        curve = dict(self.key_curves).get(name)
+        if curve:
+            return _on_curve(n, curve, profile)
+        if profile is not None:
+            return distinct_keys_skewed(n, profile)
+        return distinct_keys(n, self.cardinality(key, default))
+
+
+def _key_name(key: str) -> str:
+    """A key as :attr:`Workload.key_profiles` names it: its fields stripped, comma-joined, each
+    once (a distinct query's (group, item) pair may name a field twice: ``proto`` and a flow's
+    ``proto,src_ip,...``; the pair's values are those of its fields).
+
+    >>> _key_name(" proto, src_ip,proto")
+    'proto,src_ip'
+    """
+    return ",".join(dict.fromkeys(f.strip() for f in key.split(",") if f.strip()))
+
+
+def distinct_keys_skewed(n: float, profile: Iterable[tuple[float, float]]) -> float:
+    """Expected distinct keys among ``n`` independent records when ``c`` keys each have probability
+    ``p``, for each ``(p, c)`` of ``profile``: ``Σ c·(1 − e^(−n·p))``.
+
+    The occupancy count behind :func:`distinct_keys` without its uniform keys (seed 004 §3.1
+    assumes uniform groups): with equal probabilities ``1/K`` it is ``D(n, K)``. A departure from
+    the seed, which network traffic asks for: its keys are skewed, and under ``D(n, K)`` a one-
+    second sub-window of a capture's 100,000 source addresses held 7–16 times the keys it did
+    (docs/overload.md).
+
+    >>> round(distinct_keys_skewed(1000, [(1 / 1000, 1000)]), 1) == round(distinct_keys(1000, 1000), 1)
+    True
+    """
+    if n <= 0:
+        return 0.0
+    return float(sum(c * -math.expm1(-n * p) for p, c in profile))
+
+
+def _on_curve(n: float, curve: Sequence[tuple[float, float]], profile: Any) -> float:
+    """``n`` on a measured occupancy curve: log-log between its points; below the first, in
+    proportion (a handful of records are nearly all distinct); beyond the last, the last point
+    scaled as the frequencies say (:func:`distinct_keys_skewed`, else linearly)."""
+    if n <= 0:
+        return 0.0
+    xs = [x for x, _ in curve]
+    ys = [y for _, y in curve]
+    if n <= xs[0]:
+        return ys[0] * n / xs[0]
+    if n >= xs[-1]:
+        if profile is None:
+            return ys[-1] * n / xs[-1]
+        return ys[-1] * distinct_keys_skewed(n, profile) / max(1e-12, distinct_keys_skewed(xs[-1], profile))
+    i = bisect.bisect_right(xs, n)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    t = math.log(n / x0) / math.log(x1 / x0)
+    return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+
+
+def occupancy_curve(
+    codes: Any, smallest: int = 16, points_per_octave: int = 2
+) -> tuple[tuple[float, float], ...]:
+    """Mean distinct values among ``n`` consecutive records of a capture, for ``n`` from
+    ``smallest`` to a quarter of the capture on a log scale: ``codes`` holds each record's key
+    as an integer, in capture order.
+
+    What a sub-window of ``n`` records holds, measured rather than drawn: a replayed capture's
+    sub-window is ``n`` consecutive records, with the traffic's skew and its locality in time (a
+    flow's packets come together). Drawn independently from the same frequencies the keys of a
+    one-second sub-window came out 3 times too many for the generated ``baseline`` captures'
+    addresses (docs/overload.md). A departure from seed 004, which derives the count from
+    uniform, independent keys.
+
+    >>> occupancy_curve([i // 4 for i in range(256)], smallest=4, points_per_octave=1)
+    ((4.0, 1.0), (8.0, 2.0), (16.0, 4.0), (32.0, 8.0), (64.0, 16.0))
+    """
+    import numpy as np
+
+    codes = np.asarray(codes)
+    out = []
+    largest = codes.size // 4
+    for j in range(int(points_per_octave * math.log2(max(smallest, largest) / smallest)) + 1):
+        n = int(round(smallest * 2 ** (j / points_per_octave)))
+        if n > largest or (out and n == out[-1][0]):
+            continue
+        # at most ~2^20 records a point, spread over the capture: the mean is what is wanted
+        chunks = codes.size // n
+        step = max(1, chunks // max(8, (1 << 20) // n))
+        rows = codes[: chunks * n].reshape(-1, n)[::step]
+        ordered = np.sort(rows, axis=1)
+        distinct = 1 + np.count_nonzero(ordered[:, 1:] != ordered[:, :-1], axis=1)
+        out.append((float(n), float(distinct.mean())))
+    return tuple(out)
+
+
+def key_codes(records: Any, columns: Sequence[str]) -> Any:
+    """Each record's key of ``columns`` as an int64 (equal keys, equal codes), in record order."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    combined = np.zeros(records.num_rows, np.uint64)
+    for name in columns:
+        index = pc.dictionary_encode(records[name]).combine_chunks().indices
+        values = np.asarray(pc.fill_null(index, -1).to_numpy(zero_copy_only=False), np.int64)
+        # a multiplicative mix per field (an odd 64-bit constant): distinct keys collide with
+        # probability ~ keys² / 2^64
+        combined = combined * np.uint64(0x9E3779B97F4A7C15) + (values + 1).astype(np.uint64)
+    return np.unique(combined, return_inverse=True)[1].astype(np.int64)
+
+
+def key_profile(counts: Any, bins_per_octave: int = 8) -> tuple[tuple[float, float], ...]:
+    """A key's frequencies as ``(probability, keys)`` bins: ``counts`` (each key's records, a numpy
+    array) grouped by count on a log scale, ``bins_per_octave`` bins per doubling, each bin's keys
+    at their mean probability — a few hundred numbers for any number of keys.
+
+    :func:`distinct_keys_skewed` over the bins is within a fraction of a percent of the sum over
+    every key (``1 − e^(−np)`` is concave, so a bin's mean errs a little high).
+
+    >>> key_profile([1, 1, 2, 96])
+    ((0.01, 2.0), (0.02, 1.0), (0.96, 1.0))
+    """
+    import numpy as np
+
+    counts = np.asarray(counts, dtype=np.float64)
+    counts = counts[counts > 0]
+    if counts.size == 0:
+        return ()
+    total = counts.sum()
+    bins = np.floor(np.log2(counts) * bins_per_octave).astype(np.int64)
+    order = np.unique(bins, return_inverse=True)[1]
+    keys = np.bincount(order).astype(np.float64)
+    mean = np.bincount(order, weights=counts) / keys
+    return tuple((float(p), float(c)) for p, c in zip(mean / total, keys, strict=True))
+
+
+def workload_fields(cfg: Config) -> list[str]:
+    """The record fields whose distinct values the model needs: the top-k keys' fields, the
+    distinct queries' counted items' and groups'."""
+    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
+    fields += [
+        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
+    ]
+    return fields
+
+
+def workload_keys(cfg: Config) -> list[str]:
+    """The keys whose sub-windows the model counts on a capture (:func:`occupancy_curve`): the
+    top-k keys, the distinct queries' groups and (group, item) pairs, the alert features'
+    (destination, source) pairs."""
+    keys = [q.key for q in cfg.queries.topk]
+    for q in cfg.queries.distinct:
+        keys += [q.group_by, f"{q.group_by},{q.count}"] if q.group_by.strip() else [q.count]
+    return [*keys, "dst_ip,src_ip"]
+
+
+def workload_of(
+    records: Any, rate_pps: float, fields: Iterable[str] = (), keys: Iterable[str] = ()
+) -> Workload:
     """The :class:`Workload` of a capture's records (a pyarrow table of ``netmon.records``
     columns) replayed at ``rate_pps``: each field's distinct values (``fields``, and ``proto``),
-    the shares of SYNs and SYN-ACKs (the handshake join's two sides).
+    each key's frequencies (``keys``: comma-separated fields, :func:`key_profile`), the shares of
+    SYNs and SYN-ACKs (the handshake join's two sides).
 
-    The cardinalities are those of the whole capture, the model's key populations (``D(n, K)``
-    draws a sub-window's keys from them).
+    The cardinalities and frequencies are those of the whole capture: the model draws a
+    sub-window's records from them, as if the capture's mix held at every instant.
     """
+    import numpy as np
     import pyarrow.compute as pc
 
     n = max(1, records.num_rows)
@@ -258,6 +454,13 @@ def workload_of(records: Any, rate_pps: float, fields: Iterable[str] = ()) -> Wo
     for name in dict.fromkeys(fields):
         if name in records.column_names and name != "proto":
             known.append((name, float(max(1, pc.count_distinct(records[name]).as_py()))))
+    profiles, curves = [], []
+    for key in dict.fromkeys(_key_name(k) for k in keys):
+        columns = key.split(",")
+        if key and all(c in records.column_names for c in columns):
+            codes = key_codes(records, columns)
+            profiles.append((key, key_profile(np.bincount(codes))))
+            curves.append((key, occupancy_curve(codes)))
     flags = pc.fill_null(records["tcp_flags"], 0) if "tcp_flags" in records.column_names else None
     syn = synack = 0.0
     if flags is not None:
@@ -268,12 +471,20 @@ def workload_of(records: Any, rate_pps: float, fields: Iterable[str] = ()) -> Wo
     protocols = (
         float(max(1, pc.count_distinct(records["proto"]).as_py())) if "proto" in records.column_names else 4.0
     )
+    control = 0.05
+    if {"proto", "tcp_flags", "icmp_type"} <= set(records.column_names):
+        from analytics.alert_features import control_records
+
+        control = float(np.count_nonzero(control_records(records))) / n
     return Workload(
         rate_pps=rate_pps,
         protocols=protocols,
         syn_fraction=syn,
         synack_fraction=synack,
+        control_fraction=control,
         key_cardinalities=tuple(known),
+        key_profiles=tuple(profiles),
+        key_curves=tuple(curves),
     )
 
 
@@ -401,15 +612,33 @@ class CostModel(Base):
     """
 
     def __init__(
-        self, constants: CostConstants = DEFAULT_CONSTANTS, watermark_s: float = 5.0, trigger_s: float = 1.0
+        self,
+        constants: CostConstants = DEFAULT_CONSTANTS,
+        watermark_s: float = 5.0,
+        trigger_s: float = 1.0,
+        tasks: int = 1,
     ) -> None:
         if not watermark_s >= 0:
             raise ValueError(f"watermark_s: expected a number >= 0, got {watermark_s!r}")
         if not trigger_s > 0:
             raise ValueError(f"trigger_s: expected a number > 0, got {trigger_s!r}")
         self.constants = constants
+        if not (isinstance(tasks, int) and tasks >= 1):
+            raise ValueError(f"tasks: expected an integer >= 1, got {tasks!r}")
         self.watermark_s = float(watermark_s)
         self.trigger_s = float(trigger_s)
+        #: stage 1's tasks per micro-batch (one per Kafka partition): each makes its own partials
+        self.tasks = tasks
+
+    @classmethod
+    def for_config(cls, cfg: Config, constants: CostConstants = DEFAULT_CONSTANTS) -> CostModel:
+        """The model of ``cfg``'s pipeline: its watermark, trigger and Kafka partitions."""
+        return cls(
+            constants,
+            watermark_s=cfg.pipeline.watermark_s,
+            trigger_s=cfg.pipeline.trigger_s,
+            tasks=cfg.kafka.partitions,
+        )
 
     def _in_pipeline(self, e: Estimate) -> Estimate:
         """``e`` with the pipeline's measured factors applied (``CostConstants.stage1_factor`` to
@@ -422,25 +651,62 @@ class CostModel(Base):
         stage1 = e.stage1_cpu * s1
         return dataclasses.replace(e, cpu=stage1 + (e.cpu - e.stage1_cpu) * rest, stage1_cpu=stage1)
 
-    def overheads(self, kinds: Collection[str], w: Workload) -> dict[str, float]:
+    def batch_period(self, kinds: Collection[str], w: Workload, work: float | None = None) -> float:
+        """Seconds from one micro-batch to the next: the trigger interval while a batch fits in it,
+        else the batch's own length. A batch of ``T`` seconds of input costs ``F + u·T``: ``F`` the
+        per-batch terms of every part and :attr:`CostConstants.other_batch_s`, ``u`` the CPU per
+        second of every per-record term (``work``: the formulas', decode included; the alert
+        features' and ``other_row_s``), so ``T = max(trigger_s, F / (1 − u))`` — infinite when
+        ``u ≥ 1`` (the pipeline cannot keep up at any batch size). ``work`` None: the trigger
+        interval (the pipeline taken to keep up).
+
+        Not in the seeds, whose operators run per tuple: a micro-batch engine started late (Spark
+        starts the next batch at once when one overran its trigger) spreads its fixed costs over
+        more input, which a per-second estimate at one batch per trigger over-counts at high
+        rates (docs/overload.md).
+
+        >>> c = CostConstants(stage1_batch_s=0.3, other_batch_s=0.1)
+        >>> m, w = CostModel(c, trigger_s=1.0), Workload(rate_pps=1)
+        >>> m.batch_period(["topk"], w, work=0.5), m.batch_period(["topk"], w, work=0.8)
+        (1.0, 2.0)
+        """
+        if work is None:
+            return self.trigger_s
+        c = self.constants
+        fixed = c.other_batch_s + sum(self._batch_terms(kinds).values())
+        u = work + w.rate_pps * (c.other_row_s + (c.features_row_s if "features" in kinds else 0.0))
+        if u >= 1.0:
+            return math.inf
+        return max(self.trigger_s, fixed / (1.0 - u))
+
+    def _batch_terms(self, kinds: Collection[str]) -> dict[str, float]:
+        c = self.constants
+        out: dict[str, float] = {}
+        if set(kinds) & {"traffic", "topk", "distinct", "features", "joins"}:
+            out["stage1"] = c.stage1_batch_s
+        for kind in ("traffic", "topk", "distinct", "features", "joins"):
+            if kind in kinds:
+                out[kind] = float(getattr(c, f"{kind}_batch_s"))
+        return out
+
+    def overheads(self, kinds: Collection[str], w: Workload, work: float | None = None) -> dict[str, float]:
         """CPU seconds per second each part of the shared query pays besides its queries'
-        formulas: ``<part>_batch_s / trigger_s`` (one micro-batch per trigger interval, the
-        pipeline keeping up), and the alert features' ``λ·features_row_s``. Parts as the ``sys``
-        rows time them: ``stage1`` (when any kind reads the packets) and each configured kind.
+        formulas: ``<part>_batch_s / T`` (one micro-batch per :meth:`batch_period` ``T``; the
+        trigger interval when ``work`` is None), and the alert features' ``λ·features_row_s``.
+        Parts as the ``sys`` rows time them: ``stage1`` (when any kind reads the packets) and each
+        configured kind.
 
         >>> c = CostConstants(stage1_batch_s=0.2, topk_batch_s=0.05, features_row_s=1e-6)
         >>> CostModel(c, trigger_s=2.0).overheads(["topk", "features"], Workload(rate_pps=1000))
         {'stage1': 0.1, 'topk': 0.025, 'features': 0.001}
         """
-        c = self.constants
-        out: dict[str, float] = {}
-        if set(kinds) & {"traffic", "topk", "distinct", "features", "joins"}:
-            out["stage1"] = c.stage1_batch_s / self.trigger_s
-        for kind in ("traffic", "topk", "distinct", "features", "joins"):
-            if kind in kinds:
-                out[kind] = float(getattr(c, f"{kind}_batch_s")) / self.trigger_s
+        period = self.batch_period(kinds, w, work)
+        out = {
+            part: (cost / period if math.isfinite(period) else 0.0)
+            for part, cost in self._batch_terms(kinds).items()
+        }
         if "features" in kinds:
-            out["features"] += w.rate_pps * c.features_row_s
+            out["features"] += w.rate_pps * self.constants.features_row_s
         return out
 
     # -- one query per kind ---------------------------------------------------------------------
@@ -506,8 +772,8 @@ class CostModel(Base):
         g = m * b
         rate = keep * w.rate_pps
         keys = w.cardinality(q.key)
-        per_sub = distinct_keys(rate * g, keys)
-        per_fine = per_sub if m == 1 else distinct_keys(rate * b, keys)
+        per_sub = w.distinct(q.key, rate * g)
+        per_fine = per_sub if m == 1 else w.distinct(q.key, rate * b)
         n_sub = _n_sub(q.window_s, g)
         listed = n_sub * min(q.k, per_sub)
         entries = listed + min(listed, keys)
@@ -526,45 +792,74 @@ class CostModel(Base):
         )
 
     def distinct(self, w: Workload, q: DistinctQuery, keep: float = 1.0, m: int = 1) -> Estimate:
-        """Per-sub-window HLL sketches per group, united over the window's ``N/g`` sub-windows.
+        """Per-sub-window HLL sketches per group (stage 1), kept in a store and slid by the carry.
 
-        With ``P_g = D(keep·λ·g, K)`` distinct (group, item) pairs and ``G_g = D(keep·λ·g, G)``
-        groups in a sub-window: CPU ``keep·λ·count_row_s + (P_g/g)·sketch_item_s +
-        (G_g/g)·(N/g)·sketch_union_s`` (each slide unites every group's ``N/g`` sketches); state
-        ``(N/g)·G_g`` sketches of ``header + min(2^lg_k·register, items·coupon)`` bytes.
+        Stage 1 (in the tasks) sketches each (batch, sub-window, task) *piece* of the stream per
+        group: with ``T`` the trigger interval and ``t`` tasks (Kafka partitions) a second of
+        stream is ``s = (1/b + 1/T)·t`` pieces of ``n = keep·λ/s`` records, and ``s·G(n)``
+        sketches are made and stored (``G``: the groups among ``n`` records,
+        :meth:`Workload.distinct`). CPU ``keep·λ·count_row_s + (P_b/b)·sketch_item_s +
+        s·G(n)·count_group_s`` in stage 1 (``P_b``: the (group, item) pairs of a sub-window of
+        ``b``); on the driver the carry (``analytics.sketch_carry``) merges each closed
+        sub-window's coupons once, ``(P_b/b)·sketch_union_s``, and answers each group of a slide,
+        ``(G_g/g)·sketch_union_s``. State: the store's sketches, held for ``N + watermark + T``
+        (the window and the sub-windows still open, and the batch reaching furthest back),
+        ``(N + wm + T)·s·G(n)`` rows of ``header + min(2^lg_k·register, items·coupon)`` bytes.
 
-        ``m``: the granularity operator Γ in force (seed 004; ``pipeline.distinct``): stage 1
-        still sketches per ``b = sub_window_s`` (``P_b/b`` items a second) and Γ unites ``m`` of
-        them into a sub-window of ``g = m·b``: then ``N/g`` sketches per group of ``P_g/G_g``
-        items each, and the unions per coarse slide. ``m = 1`` is the formula above. The stored
-        fine sketches a restart reads again are not counted (as they were not before Γ).
+        A departure from Golab §2.3.4's synopses, which the first version of this formula
+        followed (each slide uniting every group's ``N/g`` sketches, held once each): the
+        pipeline counts with carried coupons, and stores a sketch per piece, not per sub-window
+        (docs/overload.md; counted against the store in tests/analytics/test_cost_model.py).
+
+        ``m``: the granularity operator Γ in force (seed 004; ``pipeline.distinct``): stage 1 and
+        the store stay at ``b`` (the store reaches ``(m − 1)·b`` further back) and the answers
+        are made per coarse slide of ``g = m·b``.
         """
         c, b = self.constants, q.sub_window_s
         g = m * b
         rate = keep * w.rate_pps
         grouped = bool(q.group_by.strip())
         n_groups = w.cardinality(q.group_by, default=w.group_cardinality) if grouped else 1.0
+        pair = f"{q.group_by},{q.count}" if grouped else q.count
         cardinality = w.cardinality(q.count) * n_groups
-        pairs = distinct_keys(rate * g, cardinality)
-        fine_pairs = pairs if m == 1 else distinct_keys(rate * b, cardinality)
-        groups = distinct_keys(rate * g, n_groups) if grouped else min(1.0, rate * g)
-        n_sub = _n_sub(q.window_s, g)
-        sketches = n_sub * groups
-        items = pairs / groups if groups else 0.0
+
+        def pairs_in(n: float) -> float:
+            if _key_name(pair) in dict(w.key_profiles):
+                return w.distinct(pair, n)
+            return distinct_keys(n, cardinality)
+
+        def groups_in(n: float) -> float:
+            if not grouped:
+                return min(1.0, n)
+            return w.distinct(q.group_by, n, default=w.group_cardinality)
+
+        fine_pairs = pairs_in(rate * b)
+        pieces = (1.0 / b + 1.0 / self.trigger_s) * self.tasks
+        per_piece = rate / pieces
+        stored = pieces * groups_in(per_piece)  # sketch rows made and stored a second
+        answers = groups_in(rate * g) / g
+        held_s = q.window_s + self.watermark_s + self.trigger_s + (m - 1) * b
+        rows = held_s * stored if rate > 0 else 0.0
+        items = pairs_in(per_piece) / groups_in(per_piece) if per_piece > 0 and groups_in(per_piece) else 0.0
         sketch_bytes = c.hll_header_bytes + min(2**q.lg_k * c.hll_register_bytes, items * c.hll_coupon_bytes)
+        stage1 = rate * c.count_row_s + fine_pairs / b * c.sketch_item_s + stored * c.count_group_s
         return self._in_pipeline(
             Estimate(
                 "distinct",
                 q.name,
-                cpu=rate * c.count_row_s
-                + fine_pairs / b * c.sketch_item_s
-                + groups / g * n_sub * c.sketch_union_s,
-                state_rows=sketches,
-                memory_bytes=sketches * sketch_bytes,
-                ops={"count_rows": rate, "sketch_items": fine_pairs / b, "sketch_unions": groups / g * n_sub},
+                cpu=stage1 + (fine_pairs / b + answers) * c.sketch_union_s,
+                state_rows=rows,
+                memory_bytes=rows * sketch_bytes,
+                ops={
+                    "count_rows": rate,
+                    "sketch_items": fine_pairs / b,
+                    "sketches_stored": stored,
+                    "carried_coupons": fine_pairs / b,
+                    "answers": answers,
+                },
                 knobs={"window_s": q.window_s, "sub_window_s": g, "lg_k": q.lg_k, "keep": keep},
-                # the items' coupons and each sub-window's sketch are made in the tasks (stage 1)
-                stage1_cpu=rate * c.count_row_s + fine_pairs / b * c.sketch_item_s,
+                # the items' coupons and each piece's sketch are made in the tasks (stage 1)
+                stage1_cpu=stage1,
             )
         )
 
@@ -575,6 +870,11 @@ class CostModel(Base):
         SYN, so ``f = 1/(λ_L·T_L)`` and the output rate is ``λ_R``. ``link``: both sides
         ``link_fraction·λ`` within ``window_s`` both ways, selectivity ``link_selectivity``.
         Shedding by PNI keeps insert fractions ``x_left``, ``x_right`` (seed 003 eqs. 14–15).
+
+        Beside eq. (2), the kind's driver work the seed does not count (``join_stage_s`` per
+        tuple staged, ``join_row_s`` per row written, both 0 until calibrated): a SYN flood
+        stages and reports every unanswered SYN, which C_u and C_p alone price at a fraction
+        of what it costs (docs/overload.md).
         """
         c = self.constants
         if q.query == "handshake":
@@ -596,18 +896,57 @@ class CostModel(Base):
                 for lam, x, t in ((lam_l, x_left, t_l), (lam_r, x_right, t_r))
             )
         )
+        # around eq. (2), on the driver: every tuple of a side is staged (shed or not), and every
+        # result is a row written; a handshake query also writes each kept SYN left unanswered,
+        # so its rows are its kept SYNs (a match or an unmatched row each)
+        results = model.output_rate(strategy, x_left, x_right)
+        written = x_left * lam_l if q.query == "handshake" else results
         return self._in_pipeline(
             Estimate(
                 "joins",
                 q.name,
-                cpu=model.cost(strategy, x_left, x_right),
+                cpu=model.cost(strategy, x_left, x_right)
+                + (lam_l + lam_r) * c.join_stage_s
+                + written * c.join_row_s,
                 state_rows=rows,
                 memory_bytes=rows * c.join_tuple_bytes,
                 ops={
                     "inserts": x_left * lam_l + x_right * lam_r,
-                    "results": model.output_rate(strategy, x_left, x_right),
+                    "results": results,
+                    "staged": lam_l + lam_r,
+                    "rows_written": written,
                 },
                 knobs={"window_s": q.window_s, "x_left": x_left, "x_right": x_right},
+            )
+        )
+
+    def features(self, w: Workload, window_s: float, name: str = "features") -> Estimate:
+        """The alert features (``pipeline.features``): per tumbling window of ``window_s``, packets
+        per (destination, source) and the control records SYN fates are read from.
+
+        Stage 1 counts each task's records per (window, destination, source): ``s = (1/W +
+        1/T)·t`` pieces a second (windows of ``W``, batches of ``T``, ``t`` tasks) of ``n = λ/s``
+        records, ``s·P(n)`` pair rows (``P``: the (destination, source) pairs among ``n``
+        records). CPU ``λ·count_row_s + s·P(n)·count_group_s`` in stage 1; on the driver the pair
+        rows summed and buffered, ``s·P(n)·count_group_s``, and the control records staged,
+        ``λ·control_fraction·join_stage_s`` (the same Arrow staging as a join's tuples). netmon's
+        own kind, no seed's; no state counted (the ``sys`` rows do not measure its buffer).
+        """
+        c = self.constants
+        pieces = (1.0 / window_s + 1.0 / self.trigger_s) * self.tasks
+        pairs = pieces * w.distinct("dst_ip,src_ip", w.rate_pps / pieces)
+        control = w.rate_pps * w.control_fraction
+        stage1 = w.rate_pps * c.count_row_s + pairs * c.count_group_s
+        return self._in_pipeline(
+            Estimate(
+                "features",
+                name,
+                cpu=stage1 + pairs * c.count_group_s + control * c.join_stage_s,
+                state_rows=0.0,
+                memory_bytes=0.0,
+                ops={"count_rows": w.rate_pps, "pair_rows": pairs, "control_rows": control},
+                knobs={"window_s": window_s},
+                stage1_cpu=stage1,
             )
         )
 
@@ -627,6 +966,8 @@ class CostModel(Base):
             out += [self.distinct(w, q) for q in cfg.queries.distinct]
         if "joins" in kinds:
             out += [self.join(w, q) for q in cfg.queries.join]
+        if "features" in kinds:
+            out.append(self.features(w, cfg.alerts.features_window_s))
         return out
 
     @staticmethod

@@ -65,6 +65,9 @@ def query_plan(cfg: Config, e: Estimate) -> str:
         n_sub = round(d.window_s / d.sub_window_s)
         by = f" by {d.group_by}" if d.group_by.strip() else ""
         return f"HLL(lg_k {d.lg_k}) of {d.count}{by} per {d.sub_window_s:g} s → ∪ over {n_sub} sub-windows"
+    if e.kind == "features":
+        w = cfg.alerts.features_window_s
+        return f"count per (tumbling {w:g} s, dst_ip, src_ip) + control records → features per src, dst"
     j = next(q for q in cfg.queries.join if q.name == e.query)
     if j.query == "handshake":
         return f"σ SYN ⋈[{j.window_s:g} s] σ SYN-ACK ({j.strategy})"
@@ -119,8 +122,19 @@ def estimated_parts(
     return parts
 
 
+def _part_seconds(row: Mapping[str, Any], part: str) -> float | None:
+    """A part's seconds in a ``sys`` row; ``other``: the batch's (``batch_ms``) outside every part."""
+    if part != "other":
+        value = row.get(f"{part}_s")
+        return None if value is None else float(value)
+    if row.get("batch_ms") is None or row.get("stage1_s") is None:
+        return None
+    return row["batch_ms"] / 1000 - sum(float(row.get(f"{p}_s") or 0.0) for p in _PART_SECONDS)
+
+
 def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per part of the shared query (``stage1``, ``topk``, ...), its seconds per batch fitted to
+    """Per part of the shared query (``stage1``, ``topk``, ..., and ``other``: the batch's time
+    outside every part), its seconds per batch fitted to
     ``fixed + per_packet·packets`` by least squares over ``rows`` (its ``sys`` rows): what a
     batch costs whatever it holds, and what each packet adds. The cost model's formulas are per
     tuple, as the seeds write them; the intercept is what they leave out. Parts with fewer than
@@ -136,11 +150,11 @@ def part_fits(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     import numpy as np
 
     out: dict[str, dict[str, float]] = {}
-    for part in _PART_SECONDS:
+    for part in (*_PART_SECONDS, "other"):
         pairs = [
-            (float(r["packets"]), float(r[f"{part}_s"]))
+            (float(r["packets"]), seconds)
             for r in rows
-            if r.get("packets") is not None and r.get(f"{part}_s") is not None
+            if r.get("packets") is not None and (seconds := _part_seconds(r, part)) is not None
         ]
         sizes = [n for n, _ in pairs]
         if len(pairs) < 3 or max(sizes) < 2 * max(1.0, min(sizes)):
@@ -329,10 +343,14 @@ def explain(
     when any query has rows, else from ``status`` (:func:`measured_from_status`, ``source``
     ``"status"``).
     """
-    model = CostModel(constants, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
+    model = CostModel.for_config(cfg, constants)
     ests = model.estimates(cfg, workload)
     decode = model.decode(workload)
-    overheads = model.overheads(cfg.pipeline.kinds, workload)
+    # the formulas' work per second sets how long a batch runs, and so how often the per-batch
+    # costs are paid (CostModel.batch_period)
+    work = decode.cpu + sum(e.cpu for e in ests)
+    period = model.batch_period(cfg.pipeline.kinds, workload, work)
+    overheads = model.overheads(cfg.pipeline.kinds, workload, work)
     res = cfg.resources
     cpu, mem = CostModel.totals(ests)
     admitted = admission(ests, res.cpu_bound, res.memory_bound)
@@ -355,6 +373,7 @@ def explain(
         "feasible": {"cpu": cpu <= res.cpu_bound, "memory": mem <= res.memory_bound},
         "decode": decode.to_dict(),
         "overheads": overheads,
+        "batch_period_s": period if math.isfinite(period) else None,
         "parts": estimated_parts(ests, decode, overheads),
         "measured": _measured(cfg, status, sys_rows, span_s, now),
     }

@@ -16,6 +16,9 @@ fall into the intercept), on synthetic uniform traffic, using netmon's own code 
   of every group's sub-window sketches;
 - ``join_update_s`` / ``join_probe_s``: ``SymmetricHashJoin``'s own measured insert+expire and
   probe+produce times (seed 003's C_u and C_p, ``BatchStats``);
+- ``join_stage_s`` / ``join_row_s``: the joins kind's driver part around them
+  (``pipeline.joins_batch.SharedJoins.apply``) per staged tuple and per result row, over a
+  ``baseline`` and a ``syn-flood`` capture (:func:`_join_driver_constants`);
 - bytes: the serialized size of each state entry (pyarrow rows, Alg. 6 state, HLL_8 sketches,
   join state) divided by the entries it holds.
 
@@ -47,7 +50,7 @@ from analytics.topk import SubWindowTopK
 from analytics.topk_merge import QueryParams, TopKMerge
 from netmon.config import Config
 
-__all__ = ["calibrate", "format_report", "stage1"]
+__all__ = ["calibrate", "fit_driver_terms", "format_report", "stage1"]
 
 _S = 10**9
 
@@ -281,6 +284,77 @@ def _join_constants(scale: float, say: Callable[[str], None]) -> dict[str, Any]:
     return {"join_update_s": cu, "join_probe_s": cp, "join_tuple_bytes": tuple_bytes}
 
 
+def fit_driver_terms(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """``(a, b)`` of ``seconds ≈ fixed + a·x + b·y`` by least squares over ``(x, y, seconds)``
+    samples, each at least 0 (a term below the noise costs nothing).
+
+    >>> sizes = [(1e3, 0), (2e3, 1e3), (0, 3e3), (4e3, 1e2)]
+    >>> fit_driver_terms([(x, y, 0.01 + 2e-6 * x + 5e-6 * y) for x, y in sizes])
+    (2e-06, 5e-06)
+    """
+    x = np.array([[1.0, a, b] for a, b, _ in samples])
+    y = np.array([c for _, _, c in samples])
+    (_, first, second), *_ = np.linalg.lstsq(x, y, rcond=None)
+    return max(0.0, round(float(first), 12)), max(0.0, round(float(second), 12))
+
+
+def _join_driver_constants(cfg: Config, scale: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """The joins kind's driver part per staged tuple and per result row.
+
+    ``SharedJoins.apply`` (``pipeline.joins_batch``) over one-second micro-batches of two generated
+    captures, a ``baseline`` (most SYNs answered: ``match`` rows) and a ``syn-flood`` (most not:
+    ``unmatched`` rows), its stage 1 (``partials_of``, the tasks' part) made outside the timer.
+    Each batch's CPU is fitted to ``fixed + join_stage_s·staged + join_row_s·rows`` by least
+    squares: what staging a tuple (Arrow to the join's arrays, its payload, the state files) and
+    writing a row cost around the operator's own C_u and C_p, which a flood's unanswered SYNs
+    multiply (docs/overload.md). The two captures' mixes differ, so the two terms are told apart.
+    """
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ingest import read_records
+    from ingest.generate import generate
+    from pipeline.joins_batch import JOINS_SPEC, build_joins_batch
+    from pipeline.partials import ROW_SCHEMA, partials_of, rows_of
+
+    samples: list[tuple[float, float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="netmon-calibrate-joins-") as tmp:
+        for seed, scenario in enumerate(("baseline", "syn-flood")):
+            work = Path(tmp) / scenario
+            capture = work / "capture.pcap"
+            work.mkdir()
+            generate(capture, scenario=scenario, packets=int(scale * 80_000), duration_s=20.0, seed=11 + seed)
+            table = pa.Table.from_batches(list(read_records(capture)))
+            ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
+            rows = table.set_column(0, "ts", ts).add_column(
+                1, "is_control", pa.array([False] * table.num_rows)
+            )
+            rows = rows.cast(ROW_SCHEMA)
+            kind = build_joins_batch(cfg, work / "results", work / "checkpoint")
+            seconds = pc.divide(pc.cast(rows["ts"], pa.int64()), 1_000_000).to_numpy()
+            first = int(seconds.min())
+            for i in range(int(seconds.max()) - first + 1):
+                batch = rows.filter(pa.array(seconds - first == i))
+                if not batch.num_rows:
+                    continue
+                partials = partials_of(batch, kind.specs)
+                staged, _ = rows_of(partials, JOINS_SPEC)
+                max_us = pc.max(pc.cast(batch["ts"], pa.int64())).as_py()
+                started = time.process_time()
+                kind.apply(partials, max_us, i)
+                cpu = time.process_time() - started
+                out = work / "results" / f"batch-{i:06d}" / "part-00000.parquet"
+                written = pq.read_metadata(out).num_rows if out.exists() else 0
+                if i >= 2:  # the first batches load the modules and warm the caches
+                    samples.append((0.0 if staged is None else staged.num_rows, written, cpu))
+    stage_s, row_s = fit_driver_terms(samples)
+    say(f"joins (driver): {stage_s * 1e6:.1f} us/staged tuple, {row_s * 1e6:.1f} us/row")
+    return {"join_stage_s": stage_s, "join_row_s": row_s}
+
+
 def _check(constants: CostConstants, cfg: Config, scale: float, repeats: int) -> dict[str, float]:
     """Predicted vs measured CPU of every default counting query's stage 1 over one mixed batch."""
     n, keys = int(scale * 150_000), int(scale * 5_000)
@@ -328,6 +402,7 @@ def calibrate(
         _topk_constants(scale, repeats, say),
         _distinct_constants(scale, repeats, say),
         _join_constants(scale, say),
+        _join_driver_constants(cfg, scale, say),
     ):
         fits.update(part.pop("_fit", {}))
         found.update(part)

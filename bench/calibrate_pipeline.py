@@ -36,6 +36,7 @@ overheads around the operators here are larger than the operators (docs/overload
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -51,14 +52,18 @@ __all__ = [
     "PACED_TAIL",
     "PACED_WARM",
     "PARTS",
+    "fill_seconds",
     "derive",
     "measure_batches",
     "measure_paced",
     "pipeline_constants",
+    "refit",
+    "steady_rows",
 ]
 
-#: The parts of the shared query's ``sys`` rows, as ``analytics.explain`` names them.
-PARTS = ("stage1", "traffic", "topk", "distinct", "features", "joins")
+#: The parts of the shared query's ``sys`` rows, as ``analytics.explain`` names them, and ``other``
+#: (a batch's time outside them: ``other_batch_s``, ``other_row_s``; no formula).
+PARTS = ("stage1", "traffic", "topk", "distinct", "features", "joins", "other")
 #: Messages (of 1,000 records) per batch in each drain: batches of a few sizes for the fit.
 SIZES = (5, 20, 80)
 #: A paced run's first batches (the query's planning, the JIT, the workers' start) and its last
@@ -72,7 +77,8 @@ def derive(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """The constants from the fits: per part ``<part>_batch_s`` (the fit's ``fixed_s``, at least
     0) and ``<part>_factor`` (its ``per_packet_s`` over the formulas' CPU per packet at
-    ``rate_pps``, ``formulas[part]["cpu"] / rate_pps``); ``features_row_s`` its ``per_packet_s``.
+    ``rate_pps``, ``formulas[part]["cpu"] / rate_pps``); ``features_row_s`` and ``other_row_s``
+    their ``per_packet_s`` (no formula).
     A part without a fit keeps the defaults; one whose slope is not positive costs its mean seconds
     per batch (``mean_s``) as fixed, its factor left at 1 (both said in the notes).
 
@@ -101,12 +107,14 @@ def derive(
         found[f"{part}_batch_s"] = max(0.0, fixed)
         if fixed < 0:
             notes[part] = f"fixed {fixed:.4f} s per batch: taken as 0"
-        if part == "features":
-            found["features_row_s"] = slope
+        if part == "other":
+            found["other_row_s"] = slope
             continue
         per_packet = formulas.get(part, {}).get("cpu", 0.0) / rate_pps if rate_pps > 0 else 0.0
         if per_packet > 0:
             found[f"{part}_factor"] = slope / per_packet
+            if part == "features":
+                found["features_row_s"] = 0.0  # an older calibration's per-packet term: replaced
         else:
             notes[part] = f"{notes.get(part, '')}; no formula cost: factor 1".lstrip("; ")
     return found, notes
@@ -150,6 +158,34 @@ def measure_batches(
     return rows
 
 
+def fill_seconds(cfg: Config) -> float:
+    """Seconds of event time until every configured window holds all it will: the longest window
+    of any query (the traffic window, top-k, distinct, join) plus the watermark delay. Before
+    that a distinct window's carried coupons, a top-k window's lists, a join's tuples still grow,
+    and the batches cost less than a steady stream's (the cost model's estimates are for full
+    windows)."""
+    q = cfg.queries
+    windows = [cfg.pipeline.traffic_window_s, *(x.window_s for x in (*q.topk, *q.distinct, *q.join))]
+    return max(windows) + cfg.pipeline.watermark_s
+
+
+def steady_rows(rows: list[dict[str, Any]], fill_s: float) -> list[dict[str, Any]]:
+    """A paced run's steady batches (``rows`` in batch order): from the first :data:`PACED_WARM`
+    on, once ``fill_s`` seconds passed since its first batch, less the last :data:`PACED_TAIL`.
+
+    >>> import datetime as dt
+    >>> t0 = dt.datetime(2026, 1, 1)
+    >>> rows = [{"batch_id": i, "batch_time": t0 + dt.timedelta(seconds=i)} for i in range(20)]
+    >>> [r["batch_id"] for r in steady_rows(rows, 10.0)]
+    [10, 11, 12, 13, 14, 15, 16, 17]
+    """
+    if not rows:
+        return []
+    start = rows[0]["batch_time"]
+    body = rows[PACED_WARM : len(rows) - PACED_TAIL]
+    return [r for r in body if (r["batch_time"] - start).total_seconds() >= fill_s]
+
+
 def measure_paced(
     cfg: Config,
     spark: Any,
@@ -174,7 +210,7 @@ def measure_paced(
             (r for r in (table.to_pylist() if table is not None else []) if r.get("query") == SHARED_QUERY),
             key=lambda r: r["batch_id"],
         )
-        steady = mine[PACED_WARM : len(mine) - PACED_TAIL]
+        steady = steady_rows(mine, fill_seconds(run))
         say(
             f"  {len(steady)} steady batches of {len(mine)},"
             f" the producer at {figures['produced_pps']:,} packets/s"
@@ -191,7 +227,7 @@ def pipeline_constants(
     duration_s: float = 4.0,
     sizes: tuple[int, ...] = SIZES,
     paced: tuple[int, ...] = (),
-    paced_seconds: float = 20.0,
+    paced_seconds: float = 100.0,
     spark: Any = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
@@ -201,19 +237,18 @@ def pipeline_constants(
     Returns ``constants`` (to merge into ``base``), ``fits``, ``notes``, ``rate_pps``, ``batches``,
     the formulas' CPU per packet, ``formulas_per_packet_s``, and ``method`` (``drains`` or
     ``paced``)."""
-    import dataclasses
-
     import pyarrow as pa
 
     from bench.ingest import temporary_broker
-    from bench.pipeline import model_fields
     from ingest import read_records
     from ingest.generate import generate
     from pipeline.session import build_session
 
-    if paced and (min(paced) < 1000 or paced_seconds < 5 * (PACED_WARM + PACED_TAIL)):
+    least = fill_seconds(cfg) + 5 * (PACED_WARM + PACED_TAIL)
+    if paced and (min(paced) < 1000 or paced_seconds < least):
         raise ValueError(
-            f"paced: rates of at least 1,000 packets/s for at least {5 * (PACED_WARM + PACED_TAIL)} s each"
+            f"paced: rates of at least 1,000 packets/s for at least {least:g} s each (the longest"
+            " window and the watermark, then steady batches)"
         )
     if not paced and packets < 1000 * max(sizes) * 2:
         raise ValueError(f"packets: at least {2000 * max(sizes):,} for batches of {max(sizes)} messages")
@@ -245,21 +280,35 @@ def pipeline_constants(
         records = pa.Table.from_batches(list(read_records(capture)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return {
+        **refit(cfg, base, part_fits(rows), records, rate),
+        "batches": len(rows),
+        "method": "paced" if paced else "drains",
+    }
+
+
+def refit(
+    cfg: Config, base: CostConstants, fits: dict[str, dict[str, float]], records: Any, rate: float
+) -> dict[str, Any]:
+    """The pipeline terms from ``fits`` (:func:`analytics.explain.part_fits` of a calibration's
+    batches) against the formulas of ``base``'s per-operation constants at the workload of
+    ``records`` replayed at ``rate``: ``constants`` (:func:`derive`), ``fits``, ``notes``,
+    ``rate_pps`` and ``formulas_per_packet_s``. A change of the formulas can be fitted again
+    from a calibration's saved fits and capture, without measuring again."""
+    from bench.pipeline import model_fields, model_keys
+
     # the formulas alone: the micro-benchmark constants, without any pipeline term
     terms = [f for f in dataclasses.fields(CostConstants) if f.name.endswith(("_batch_s", "_factor"))]
     defaults: dict[str, Any] = {f.name: getattr(DEFAULT_CONSTANTS, f.name) for f in terms}
     plain = dataclasses.replace(base, **defaults, features_row_s=0.0)
-    model = CostModel(plain, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
-    w = workload_of(records, rate, model_fields(cfg))
+    model = CostModel.for_config(cfg, plain)
+    w = workload_of(records, rate, model_fields(cfg), model_keys(cfg))
     formulas = estimated_parts(model.estimates(cfg, w), model.decode(w))
-    fits = part_fits(rows)
     found, notes = derive(fits, formulas, rate)
     return {
         "constants": found,
         "fits": fits,
         "notes": notes,
         "rate_pps": rate,
-        "batches": len(rows),
         "formulas_per_packet_s": {p: v["cpu"] / rate for p, v in formulas.items()},
-        "method": "paced" if paced else "drains",
     }

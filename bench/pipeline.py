@@ -44,10 +44,13 @@ import numpy as np
 __all__ = [
     "bench_pipeline",
     "format_report",
+    "model_check",
     "model_fields",
+    "model_keys",
     "paced_run",
     "replay_into_topic",
     "status_bytes",
+    "tail_workload",
 ]
 
 
@@ -147,13 +150,18 @@ def replay_into_topic(cfg: Any, capture: Path) -> Any:
 
 
 def model_fields(cfg: Any) -> list[str]:
-    """The record fields whose distinct values the cost model needs: the top-k keys, the distinct
-    queries' counted items and groups (``analytics.cost_model.workload_of``)."""
-    fields = [f.strip() for q in cfg.queries.topk for f in q.key.split(",")]
-    fields += [
-        f.strip() for q in cfg.queries.distinct for f in f"{q.count},{q.group_by}".split(",") if f.strip()
-    ]
-    return fields
+    """The record fields whose distinct values the cost model needs
+    (``analytics.cost_model.workload_fields``)."""
+    from analytics.cost_model import workload_fields
+
+    return workload_fields(cfg)
+
+
+def model_keys(cfg: Any) -> list[str]:
+    """The keys the cost model counts sub-windows of (``analytics.cost_model.workload_keys``)."""
+    from analytics.cost_model import workload_keys
+
+    return workload_keys(cfg)
 
 
 def _drain(
@@ -285,7 +293,7 @@ def _at_rate(
     seen = _pipeline_counts(pipeline)
     produced_pps = summary.get("acknowledged", 0) / max(produced_s, 1e-9)
     records = pa.Table.from_batches(list(read_records(capture)))  # read once: the model, the latency
-    model = _model_check(cfg, records, produced_pps, produced_s / 2, constants)
+    model = model_check(cfg, records, produced_pps, produced_s / 2, constants)
     growth = _lag_growth([(t, lag) for t, lag in lags if t >= produced_s / 2])
     # Lag is in Kafka messages (ReplayOptions.records_per_message packets each): bounded means
     # its least-squares growth over the second half stays within two triggers' worth of input
@@ -386,24 +394,43 @@ def _pipeline_counts(pipeline: Any) -> dict[str, Any]:
     return {"records": records, "late": late}
 
 
-def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constants: Any) -> dict[str, Any]:
+def model_check(
+    cfg: Any, records: Any, rate_pps: float, span_s: float, constants: Any, sys_dir: Path | None = None
+) -> dict[str, Any]:
     """The cost model's estimates beside what the run measured (``netmon explain``'s comparison,
     issue 18's ±25 % check): per part — ``stage1`` (the tasks' read, decode and every kind's stage
-    1) and each kind's driver part — its estimated CPU at the rate the producer held and the
-    capture's key populations, the measured seconds per second of the ``sys`` rows of the last
-    ``span_s`` seconds of batches, their ratio, and the state rows each way (measured: the rows
-    each kind holds after the newest batch, the ``sys`` rows' ``<kind>_state_rows`` and
-    ``join_state_rows``)."""
-    from analytics.cost_model import DEFAULT_CONSTANTS, workload_of
+    1) and each kind's driver part — its estimated CPU and the measured seconds per second of the
+    ``sys`` rows of the last ``span_s`` seconds of batches, their ratio, and the state rows each
+    way (measured: the rows each kind holds after the newest batch, the ``sys`` rows'
+    ``<kind>_state_rows`` and ``join_state_rows``).
+
+    Each estimate is asked of the traffic it is compared with (:func:`tail_workload`): the CPU at
+    the workload of the capture's last ``span_s`` seconds, each kind's state at that of its last
+    :func:`kind_fill_seconds` (the records its windows hold at the end). An
+    attack scenario's mix changes over the capture; its average is not what the last window
+    holds. ``sys_dir``: the run's ``sys`` results (default: ``cfg``'s; a kept run's copy, to ask a
+    changed model again)."""
+    from analytics.cost_model import DEFAULT_CONSTANTS
     from analytics.explain import explain, part_fits
     from netmon.recent_results import newest_rows_by_sink
     from netmon.results import SHARED_QUERY, results_dir
 
-    workload = workload_of(records, rate_pps, model_fields(cfg))
-    sys_rows = newest_rows_by_sink(results_dir(cfg, "sys"), span_s)
-    report = explain(cfg, workload, constants or DEFAULT_CONSTANTS, sys_rows=sys_rows, span_s=span_s)
+    constants = constants or DEFAULT_CONSTANTS
+    sys_rows = newest_rows_by_sink(sys_dir or results_dir(cfg, "sys"), span_s)
+    # measured up to the newest batch (a kept run's rows are old: "now" would find none in span)
+    times = [r["batch_time"] for rows in sys_rows.values() for r in rows if r.get("batch_time") is not None]
+    now = max(times).timestamp() if times else None
+    workload = tail_workload(cfg, records, rate_pps, span_s)
+    report = explain(cfg, workload, constants, sys_rows=sys_rows, span_s=span_s, now=now)
+    # each kind's state at the traffic it holds: its own longest window and the watermark
+    held: dict[str, Any] = {}
+    for part in report["parts"]:
+        span = kind_fill_seconds(cfg, part)
+        if span not in held:
+            held[span] = explain(cfg, tail_workload(cfg, records, rate_pps, span), constants)["parts"]
+        held[part] = held[span]
     measured = report["measured"].get("kinds", {})
-    out: dict[str, Any] = {"constants": report["constants"]}
+    out: dict[str, Any] = {"constants": report["constants"], "batch_period_s": report["batch_period_s"]}
     # what a batch costs whatever it holds, per part: the term the per-tuple formulas leave out
     out["per_batch"] = part_fits(sys_rows.get(SHARED_QUERY, []))
     for part, est in report["parts"].items():
@@ -413,10 +440,44 @@ def _model_check(cfg: Any, records: Any, rate_pps: float, span_s: float, constan
             "estimated_cpu": est["cpu"],
             "measured_cpu": cpu,
             "ratio": None if cpu is None or not est["cpu"] else round(cpu / est["cpu"], 3),
-            "estimated_rows": est["state_rows"],
+            "estimated_rows": held[part].get(part, {}).get("state_rows", 0.0),
             "measured_rows": got.get("state_rows"),
         }
     return out
+
+
+def kind_fill_seconds(cfg: Any, kind: str) -> float:
+    """The event time a kind's state holds at most: its queries' longest window (the traffic
+    window for ``traffic``; every window for a part without state) and the watermark delay."""
+    from bench.calibrate_pipeline import fill_seconds
+
+    q = cfg.queries
+    windows = {
+        "traffic": [cfg.pipeline.traffic_window_s],
+        "topk": [x.window_s for x in q.topk],
+        "distinct": [x.window_s for x in q.distinct],
+        "joins": [x.window_s for x in q.join],
+    }.get(kind)
+    return max(windows) + cfg.pipeline.watermark_s if windows else fill_seconds(cfg)
+
+
+def tail_workload(cfg: Any, records: Any, rate_pps: float, seconds: float) -> Any:
+    """The :class:`analytics.cost_model.Workload` of a paced replay's last ``seconds``: the
+    capture's records of its last ``seconds`` of event time, at ``rate_pps`` (the rate the
+    producer held over the whole capture) times their share of it (an attack's packets raise the
+    rate of its part of the capture)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from analytics.cost_model import workload_of
+
+    ts = pc.cast(records["ts"], pa.int64())
+    first, last = pc.min(ts).as_py(), pc.max(ts).as_py()
+    span_ns = max(1, last - first)
+    cut = max(first, last - int(seconds * 1e9))
+    tail = records.filter(pc.greater_equal(ts, cut))
+    share = (tail.num_rows / max(1, records.num_rows)) / ((last - cut) / span_ns) if last > cut else 1.0
+    return workload_of(tail, rate_pps * share, model_fields(cfg), model_keys(cfg))
 
 
 def _drop_boxes(cfg: Any) -> dict[str, Any]:
@@ -547,6 +608,7 @@ def bench_pipeline(
     constants: Any = None,
     coverage: bool | None = None,
     resources: dict[str, Any] | None = None,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
     """Drain throughput (and the rate ladder) per scenario; see the module docstring.
 
@@ -563,14 +625,17 @@ def bench_pipeline(
     ``coverage``: after each rate, read back from Kafka what the pipeline consumed and check every
     traffic, top-k and distinct row against its exact answer (:mod:`bench.coverage`); None (the
     default): with ``manage`` only. ``resources``: more ``[resources]`` settings for the run
-    (``keep_min``, ``intake_min``, ...).
+    (``keep_min``, ``intake_min``, ...). ``keep``: run in this directory and leave it: the
+    captures and each rate's ``sys`` rows (``sys-<scenario>-<rate>/``).
     """
     from bench.ingest import temporary_broker
     from ingest.generate import generate
     from netmon.config import load_config
     from pipeline.session import build_session
 
-    work = Path(tempfile.mkdtemp(prefix="netmon-bench-pipeline-"))
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    work = keep or Path(tempfile.mkdtemp(prefix="netmon-bench-pipeline-"))
     out: dict[str, Any] = {"packets": packets, "duration_s": duration_s, "scenarios": {}}
     try:
         with temporary_broker(work / "broker") as bootstrap:
@@ -598,17 +663,30 @@ def bench_pipeline(
                 entry: dict[str, Any] = {
                     "drain": _drain(session, cfg, capture, say, warmup=warmup, baseline=baseline)
                 }
-                entry["rates"] = [
-                    _at_rate(session, cfg, scenario, r, seconds, work, say, constants, check) for r in rates
-                ]
+                entry["rates"] = []
+                for r in rates:
+                    entry["rates"].append(
+                        _at_rate(session, cfg, scenario, r, seconds, work, say, constants, check)
+                    )
+                    if keep is not None:
+                        _keep_sys(cfg, keep / f"sys-{scenario}-{r}")
                 held = [r["rate"] for r in entry["rates"] if r["sustained"]]
                 entry["sustained_pps"] = max(held) if held else None
                 out["scenarios"][scenario] = entry
             if own:
                 session.stop()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _keep_sys(cfg: Any, to: Path) -> None:
+    """A copy of the run's ``sys`` results (the next rate's run starts from an empty data dir)."""
+    from netmon.results import results_dir
+
+    shutil.rmtree(to, ignore_errors=True)
+    shutil.copytree(results_dir(cfg, "sys"), to)
 
 
 def format_report(result: dict[str, Any]) -> list[str]:

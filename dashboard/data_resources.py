@@ -241,7 +241,7 @@ def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.D
     rate = pd.to_numeric(out["packets_per_s"], errors="coerce").astype("float64")
     by_messages = pd.to_numeric(out["input_messages_per_s"], errors="coerce").astype("float64") * per_message
     out["rate_pps"] = rate.where(out["query"] == SHARED_QUERY, by_messages)
-    model = CostModel(consts, watermark_s=cfg.pipeline.watermark_s, trigger_s=cfg.pipeline.trigger_s)
+    model = CostModel.for_config(cfg, consts)
     memo: dict[float, dict[str, tuple[float, float, float]]] = {}
 
     def at(pps: float) -> dict[str, tuple[float, float, float]]:
@@ -256,8 +256,9 @@ def with_estimates(df: pd.DataFrame, cfg: Config, consts: CostConstants) -> pd.D
             if SHARED_QUERY in sums:
                 # the whole batch, as batch_utilisation measures it: the shared read and decode
                 # and the per-batch costs besides the queries' own (``netmon explain``'s parts)
-                extra = model.decode(w).cpu + sum(model.overheads(cfg.pipeline.kinds, w).values())
                 cpu, rows, mem = sums[SHARED_QUERY]
+                work = model.decode(w).cpu + sum(v[0] for v in sums.values())
+                extra = model.decode(w).cpu + sum(model.overheads(cfg.pipeline.kinds, w, work).values())
                 sums[SHARED_QUERY] = (cpu + extra, rows, mem)
             memo[key] = sums
         return memo[key]

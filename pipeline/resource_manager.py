@@ -156,7 +156,7 @@ class ResourceManager:
     ) -> None:
         self.cfg = cfg
         self.state = BatchState(Path(directory))
-        self.model = model or CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
+        self.model = model or CostModel.for_config(cfg, load_constants(cfg.paths.state_dir))
         self.clock = clock
         self.names = eligible_queries(cfg, kinds)
         if len(set(self.names)) < len(self.names):
@@ -548,7 +548,7 @@ def admit(cfg: Config, kinds: Collection[str] | None = None) -> tuple[Config, di
         return cfg, {}
     running = tuple(cfg.pipeline.kinds if kinds is None else kinds)
     scoped = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, kinds=running))
-    model = CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
+    model = CostModel.for_config(cfg, load_constants(cfg.paths.state_dir))
     verdicts = admission(
         model.estimates(scoped, Workload(rate_pps=rate)), cfg.resources.cpu_bound, cfg.resources.memory_bound
     )

@@ -37,7 +37,12 @@ __all__ = ["command"]
     " drains: batches of what a trigger brings, as a live pipeline sees them.",
 )
 @click.option(
-    "--paced-seconds", type=click.FloatRange(min=25), default=30.0, show_default=True, help="Each paced run."
+    "--paced-seconds",
+    type=click.FloatRange(min=25),
+    default=100.0,
+    show_default=True,
+    help="Each paced run: the longest window and the watermark fill first (65 s by default), then"
+    " the steady batches the fit uses.",
 )
 @click.option("--dry-run", is_flag=True, help="Measure and print, write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -58,6 +59,12 @@ def _rates(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     "(exact rows: equal to it; top-k's within Algorithm 6's delta). On by default with --manage; "
     "about a minute per 10M records.",
 )
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False),
+    help="Run in this directory and keep it: the captures and each rate's sys rows"
+    " (sys-<scenario>-<rate>/), to compare the cost model with the run again later.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
 @pass_config
 def command(
@@ -71,6 +78,7 @@ def command(
     manage: bool,
     cpu_budget: float | None,
     coverage: bool | None,
+    keep: str | None,
     as_json: bool,
 ) -> None:
     """Throughput, batch-time shares, lag and latency of the whole pipeline (all default queries)."""
@@ -89,6 +97,7 @@ def command(
             manage=manage,
             cpu_budget=cpu_budget,
             coverage=coverage,
+            keep=Path(keep) if keep else None,
             say=lambda line: click.echo(line, err=True),
         )
     except Exception as exc:  # noqa: BLE001 - one line, whatever failed (broker, Spark, replay)

@@ -51,16 +51,29 @@ __all__ = ["command"]
     show_default=True,
     help="Measured values: aggregate each query's results/sys rows of this many seconds of batches.",
 )
+@click.option(
+    "--capture",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Take the traffic's mix from this pcap/pcapng (its keys' sub-window counts, the handshake"
+    " shares) at --rate, instead of --keys and --groups.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--check", is_flag=True, help="Exit 3 when the queries do not fit the budgets.")
 @pass_config
 def command(
-    cfg: Config, rate_pps: float, keys: float, groups: float, span_s: float, fmt: str, check: bool
+    cfg: Config,
+    rate_pps: float,
+    keys: float,
+    groups: float,
+    span_s: float,
+    capture: str | None,
+    fmt: str,
+    check: bool,
 ) -> None:
     """Estimated CPU and memory of every configured query, against [resources] budgets."""
     import pyarrow as pa
 
-    from analytics.cost_model import Workload, load_constants
+    from analytics.cost_model import Workload, load_constants, workload_fields, workload_keys, workload_of
     from analytics.explain import explain, format_table
     from netmon.recent_results import newest_rows_by_sink
     from netmon.results import results_dir, status_file
@@ -73,9 +86,19 @@ def command(
     except (ValueError, OSError, pa.ArrowException) as exc:
         click.echo(f"netmon explain: error: {exc}", err=True)
         sys.exit(1)
+    workload = Workload(rate_pps=rate_pps, key_cardinality=keys, group_cardinality=groups)
+    if capture is not None:
+        from ingest import read_records
+
+        try:
+            records = pa.Table.from_batches(list(read_records(capture)))
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            click.echo(f"netmon explain: error: {capture}: {exc}", err=True)
+            sys.exit(1)
+        workload = workload_of(records, rate_pps, workload_fields(cfg), workload_keys(cfg))
     report = explain(
         cfg,
-        Workload(rate_pps=rate_pps, key_cardinality=keys, group_cardinality=groups),
+        workload,
         constants,
         status,
         sys_rows=sys_rows,

@@ -28,6 +28,7 @@ def test_derive_recovers_the_fixed_cost_and_the_factor_of_known_lines() -> None:
         "stage1": {"cpu": 0.1},
         "topk": {"cpu": 0.06},
         "distinct": {"cpu": 0.8},
+        "features": {"cpu": 0.02},
         "joins": {"cpu": 0.0},
     }
     found, notes = derive(part_fits(rows), formulas, rate)
@@ -35,9 +36,30 @@ def test_derive_recovers_the_fixed_cost_and_the_factor_of_known_lines() -> None:
         assert found[f"{p}_batch_s"] == pytest.approx(fixed[p], abs=2e-3)
     assert found["stage1_factor"] == pytest.approx(slope["stage1"] / (0.1 / rate), rel=0.01)
     assert found["topk_factor"] == pytest.approx(slope["topk"] / (0.06 / rate), rel=0.02)
-    assert found["features_row_s"] == pytest.approx(slope["features"], rel=0.02)
+    assert found["features_factor"] == pytest.approx(slope["features"] / (0.02 / rate), rel=0.02)
+    assert found["features_row_s"] == 0.0  # an older calibration's per-packet term, replaced
     assert "joins_factor" not in found and "factor 1" in notes["joins"]  # no formula to scale
     assert "traffic" in notes and "traffic_batch_s" not in found  # no rows: defaults kept
+    assert "other" in notes and "other_batch_s" not in found  # rows without batch_ms
+
+
+def test_the_batch_time_outside_every_part_is_fitted_as_other() -> None:
+    """A batch's ``batch_ms`` beyond its parts' seconds (Spark's offsets, commit, progress) is
+    the ``other`` part: its fixed and per-packet terms set how long a batch runs."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for n in rng.integers(5_000, 90_000, 40):
+        parts = {"stage1_s": 0.3 + 4e-6 * n, "topk_s": 0.03 + 1e-6 * n, "traffic_s": None}
+        outside = 0.18 + 2e-7 * n + rng.normal(0, 5e-4)
+        total = sum(v for v in parts.values() if v is not None) + outside
+        rows.append({"packets": int(n), "batch_ms": total * 1000, **parts})
+    fits = part_fits(rows)
+    assert fits["other"]["fixed_s"] == pytest.approx(0.18, abs=2e-3)
+    assert fits["other"]["per_packet_s"] == pytest.approx(2e-7, rel=0.05)
+    found, _ = derive(fits, {"stage1": {"cpu": 0.1}}, 40_000.0)
+    assert found["other_batch_s"] == pytest.approx(0.18, abs=2e-3)
+    assert found["other_row_s"] == pytest.approx(2e-7, rel=0.05)
+    assert "other_factor" not in found
     # every key derive returns is a constant the model knows
     assert set(found) <= {f.name for f in dataclasses.fields(CostConstants)}
 
@@ -98,16 +120,28 @@ def test_a_paced_ladder_fits_over_the_steady_batches_of_every_rate(
 ) -> None:
     """``--paced``: the pipeline runs live at each rate (the producer paced in its own process);
     the rows fitted are each run's steady batches, of what arrived while the one before ran."""
-    from bench.calibrate_pipeline import PACED_TAIL, PACED_WARM, measure_paced
+    import dataclasses
+
+    from bench.calibrate_pipeline import PACED_TAIL, PACED_WARM, fill_seconds, measure_paced
     from netmon.config import load_config
     from netmon.results import SHARED_QUERY, read_results, results_dir
 
-    cfg = load_config(None, env={}).replace(
+    base = load_config(None, env={})
+    # windows of at most 8 s: the steady batches begin once they (and the 5 s watermark) filled
+    short = {
+        kind: tuple(
+            dataclasses.replace(q, window_s=min(q.window_s, 8.0)) for q in getattr(base.queries, kind)
+        )
+        for kind in ("topk", "distinct", "join")
+    }
+    cfg = base.replace(
         paths={"state_dir": tmp_path / "state", "data_dir": tmp_path / "data"},
         kafka={"bootstrap_servers": kafka_bootstrap, "packets_topic": "netmon.test.paced"},
         pipeline={"publish_results": False},
         resources={"manage": False},
+        queries=short,
     )
+    assert fill_seconds(cfg) == 13.0
     rates = (2_000, 6_000)
     rows, captures = measure_paced(cfg, spark, rates, 25.0, tmp_path)
     assert set(captures) == set(rates) and all(p.exists() for p in captures.values())
@@ -119,8 +153,13 @@ def test_a_paced_ladder_fits_over_the_steady_batches_of_every_rate(
         mine = sorted(
             (r for r in table.to_pylist() if r["query"] == SHARED_QUERY), key=lambda r: r["batch_id"]
         )
-        steady = mine[PACED_WARM : len(mine) - PACED_TAIL]
-        assert steady, len(mine)
+        start = mine[0]["batch_time"]
+        steady = [
+            r
+            for r in mine[PACED_WARM : len(mine) - PACED_TAIL]
+            if (r["batch_time"] - start).total_seconds() >= 13.0
+        ]
+        assert steady and len(steady) < len(mine) - PACED_WARM - PACED_TAIL, len(mine)
         per_rate.append(steady)
     assert rows == per_rate[0] + per_rate[1]  # each run's steady batches, in order, nothing else
     # the batches hold what arrived in a batch's time: the higher rate's are larger (not a drain's

@@ -57,7 +57,11 @@ def test_explain_json_uses_the_calibration_and_sums(tmp_path: Path) -> None:
     queries = report["queries"]
     assert report["total"]["cpu"] == pytest.approx(sum(q["cpu"] for q in queries))
     cfg = Config()
-    assert len(queries) == 1 + len(cfg.queries.topk) + len(cfg.queries.distinct) + len(cfg.queries.join)
+    features = 1 if "features" in cfg.pipeline.kinds else 0  # the alert features: one estimate
+    assert (
+        len(queries)
+        == 1 + len(cfg.queries.topk) + len(cfg.queries.distinct) + len(cfg.queries.join) + features
+    )
     traffic = queries[0]
     assert traffic["ops"]["count_rows"] == 5000 and traffic["cpu"] == pytest.approx(5000 * 1e-7 + 4 * 2e-7)
 
@@ -164,3 +168,32 @@ def test_bench_calibrate_writes_the_constants(tmp_path: Path) -> None:
     assert "count_row_s" in out and "check:" in out
     code, _ = _run(tmp_path, "bench", "calibrate", "--scale", "0")
     assert code == 1
+
+
+def test_explain_takes_the_traffic_mix_from_a_capture(tmp_path: Path) -> None:
+    """``--capture``: each query's sub-windows are counted on the capture's own records (its
+    occupancy curves), at ``--rate``; a bad file is one line naming it."""
+    import pyarrow as pa
+
+    from analytics.cost_model import workload_fields, workload_keys, workload_of
+    from ingest import read_records
+    from tests.conftest import REPO_ROOT
+
+    sample = REPO_ROOT / "samples" / "mixed-small.pcap"
+    code, out = _run(tmp_path, "explain", "--rate", "5000", "--capture", str(sample), "--format", "json")
+    assert code == 0, out
+    report = json.loads(out)
+    curves = dict((k, v) for k, v in report["workload"]["key_curves"])
+    cfg = load_config(None, env={})
+    assert set(curves) >= {"src_ip", "dst_ip,src_ip", "proto,dst_port"}
+    records = pa.Table.from_batches(list(read_records(sample)))
+    w = workload_of(records, 5000.0, workload_fields(cfg), workload_keys(cfg))
+    top = next(q for q in report["queries"] if q["query"] == "top-sources")
+    assert top["ops"]["partial_rows"] == pytest.approx(w.distinct("src_ip", 5000.0))
+    # the mix, not the default populations: a different estimate than --keys/--groups give
+    _, plain = _run(tmp_path, "explain", "--rate", "5000", "--format", "json")
+    assert json.loads(plain)["queries"][1]["ops"] != top["ops"]
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture")
+    code, out = _run(tmp_path, "explain", "--capture", str(bad))
+    assert code == 1 and out.count("\n") == 1 and str(bad) in out, out

@@ -80,11 +80,11 @@ def _intakes(got: list[dict[str, float]]) -> list[float]:
 def test_behind_the_intake_box_falls_at_once_to_what_the_arrival_rate_needs(tmp_path: Path) -> None:
     arrival = 3 * 200_000 / _seconds({})  # 3x what the query reads when exact
     plain = Clock()
-    blind = _intakes(_behind(_manager(tmp_path, plain, "a"), plain, 10, arrival=None))
+    blind = _intakes(_behind(_manager(tmp_path, plain, "a"), plain, 30, arrival=None))
     clock = Clock()
     m = _manager(tmp_path, clock, "b")
     decisions: list[dict[str, Any]] = []
-    got = _behind(m, clock, 10, arrival=arrival, decisions=decisions)
+    got = _behind(m, clock, 30, arrival=arrival, decisions=decisions)
     planned = _intakes(got)
     # Reading faster than the arrival needs 0.6 + 2.4x < 1 s a batch: x <= 1/8 (a power of two).
     # With the backlog the box gets there in fewer batches than from the load alone.
