@@ -58,6 +58,7 @@ __all__ = [
     "calibration_file",
     "distinct_keys",
     "distinct_keys_skewed",
+    "fill_seconds",
     "key_codes",
     "key_profile",
     "load_constants",
@@ -359,7 +360,7 @@ def occupancy_curve(
     import numpy as np
 
     codes = np.asarray(codes)
-    out = []
+    out: list[tuple[float, float]] = []
     largest = codes.size // 4
     for j in range(int(points_per_octave * math.log2(max(smallest, largest) / smallest)) + 1):
         n = int(round(smallest * 2 ** (j / points_per_octave)))
@@ -413,6 +414,30 @@ def key_profile(counts: Any, bins_per_octave: int = 8) -> tuple[tuple[float, flo
     keys = np.bincount(order).astype(np.float64)
     mean = np.bincount(order, weights=counts) / keys
     return tuple((float(p), float(c)) for p, c in zip(mean / total, keys, strict=True))
+
+
+def fill_seconds(cfg: Config, kind: str | None = None) -> float:
+    """Seconds of event time until a kind's windows hold all they will (``kind`` None: every
+    kind's): its queries' longest window (the traffic window for ``traffic``; top-k, distinct,
+    join windows) plus the watermark delay. Before that a distinct window's carried coupons and
+    store, a top-k window's lists, a join's tuples still grow, and a batch costs less than a
+    steady stream's; after it a kind's state holds that much of the stream.
+
+    >>> from netmon.config import Config
+    >>> fill_seconds(Config()), fill_seconds(Config(), "topk"), fill_seconds(Config(), "joins")
+    (65.0, 15.0, 8.0)
+    """
+    q = cfg.queries
+    windows: dict[str, list[float]] = {
+        "traffic": [cfg.pipeline.traffic_window_s],
+        "topk": [x.window_s for x in q.topk],
+        "distinct": [x.window_s for x in q.distinct],
+        "joins": [x.window_s for x in q.join],
+    }
+    chosen = windows.get(kind, []) if kind is not None else [w for ws in windows.values() for w in ws]
+    if not chosen:
+        chosen = [w for ws in windows.values() for w in ws]
+    return max(chosen) + cfg.pipeline.watermark_s
 
 
 def workload_fields(cfg: Config) -> list[str]:
@@ -952,7 +977,8 @@ class CostModel(Base):
 
     # -- the configuration ----------------------------------------------------------------------
     def estimates(self, cfg: Config, w: Workload, *, decode: bool = False) -> list[Estimate]:
-        """One estimate per query the configuration runs (``[pipeline] kinds``), traffic first;
+        """One estimate per query the configuration runs (``[pipeline] kinds``), traffic and the
+        alert features first;
         ``decode``: the shared read and decode (:meth:`decode`) first of all."""
         kinds = set(cfg.pipeline.kinds)
         out: list[Estimate] = []
@@ -960,14 +986,14 @@ class CostModel(Base):
             out.append(self.decode(w))
         if "traffic" in kinds:
             out.append(self.traffic(w, cfg.pipeline.traffic_window_s))
+        if "features" in kinds:  # like traffic, always on (the alert rules read it): first
+            out.append(self.features(w, cfg.alerts.features_window_s))
         if "topk" in kinds:
             out += [self.topk(w, q) for q in cfg.queries.topk]
         if "distinct" in kinds:
             out += [self.distinct(w, q) for q in cfg.queries.distinct]
         if "joins" in kinds:
             out += [self.join(w, q) for q in cfg.queries.join]
-        if "features" in kinds:
-            out.append(self.features(w, cfg.alerts.features_window_s))
         return out
 
     @staticmethod

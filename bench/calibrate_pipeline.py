@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, workload_of
+from analytics.cost_model import DEFAULT_CONSTANTS, CostConstants, CostModel, fill_seconds, workload_of
 from analytics.explain import estimated_parts, part_fits
 from netmon.config import Config
 
@@ -52,7 +52,6 @@ __all__ = [
     "PACED_TAIL",
     "PACED_WARM",
     "PARTS",
-    "fill_seconds",
     "derive",
     "measure_batches",
     "measure_paced",
@@ -156,17 +155,6 @@ def measure_batches(
         say(f"  {len(mine)} batches in {time.perf_counter() - started:.1f} s")
         rows += mine[1:]  # the first batch plans the query and starts the Python workers
     return rows
-
-
-def fill_seconds(cfg: Config) -> float:
-    """Seconds of event time until every configured window holds all it will: the longest window
-    of any query (the traffic window, top-k, distinct, join) plus the watermark delay. Before
-    that a distinct window's carried coupons, a top-k window's lists, a join's tuples still grow,
-    and the batches cost less than a steady stream's (the cost model's estimates are for full
-    windows)."""
-    q = cfg.queries
-    windows = [cfg.pipeline.traffic_window_s, *(x.window_s for x in (*q.topk, *q.distinct, *q.join))]
-    return max(windows) + cfg.pipeline.watermark_s
 
 
 def steady_rows(rows: list[dict[str, Any]], fill_s: float) -> list[dict[str, Any]]:

@@ -406,11 +406,11 @@ def model_check(
 
     Each estimate is asked of the traffic it is compared with (:func:`tail_workload`): the CPU at
     the workload of the capture's last ``span_s`` seconds, each kind's state at that of its last
-    :func:`kind_fill_seconds` (the records its windows hold at the end). An
+    :func:`analytics.cost_model.fill_seconds` (the records its windows hold at the end). An
     attack scenario's mix changes over the capture; its average is not what the last window
     holds. ``sys_dir``: the run's ``sys`` results (default: ``cfg``'s; a kept run's copy, to ask a
     changed model again)."""
-    from analytics.cost_model import DEFAULT_CONSTANTS
+    from analytics.cost_model import DEFAULT_CONSTANTS, fill_seconds
     from analytics.explain import explain, part_fits
     from netmon.recent_results import newest_rows_by_sink
     from netmon.results import SHARED_QUERY, results_dir
@@ -423,14 +423,20 @@ def model_check(
     workload = tail_workload(cfg, records, rate_pps, span_s)
     report = explain(cfg, workload, constants, sys_rows=sys_rows, span_s=span_s, now=now)
     # each kind's state at the traffic it holds: its own longest window and the watermark
+    at_span: dict[float, Any] = {}
     held: dict[str, Any] = {}
     for part in report["parts"]:
-        span = kind_fill_seconds(cfg, part)
-        if span not in held:
-            held[span] = explain(cfg, tail_workload(cfg, records, rate_pps, span), constants)["parts"]
-        held[part] = held[span]
+        span = fill_seconds(cfg, part)
+        if span not in at_span:
+            at_span[span] = explain(cfg, tail_workload(cfg, records, rate_pps, span), constants)["parts"]
+        held[part] = at_span[span]
     measured = report["measured"].get("kinds", {})
-    out: dict[str, Any] = {"constants": report["constants"], "batch_period_s": report["batch_period_s"]}
+    out: dict[str, Any] = {
+        "constants": report["constants"],
+        "batch_period_s": report["batch_period_s"],
+        "span_s": span_s,
+        "rate_pps": rate_pps,
+    }
     # what a batch costs whatever it holds, per part: the term the per-tuple formulas leave out
     out["per_batch"] = part_fits(sys_rows.get(SHARED_QUERY, []))
     for part, est in report["parts"].items():
@@ -444,21 +450,6 @@ def model_check(
             "measured_rows": got.get("state_rows"),
         }
     return out
-
-
-def kind_fill_seconds(cfg: Any, kind: str) -> float:
-    """The event time a kind's state holds at most: its queries' longest window (the traffic
-    window for ``traffic``; every window for a part without state) and the watermark delay."""
-    from bench.calibrate_pipeline import fill_seconds
-
-    q = cfg.queries
-    windows = {
-        "traffic": [cfg.pipeline.traffic_window_s],
-        "topk": [x.window_s for x in q.topk],
-        "distinct": [x.window_s for x in q.distinct],
-        "joins": [x.window_s for x in q.join],
-    }.get(kind)
-    return max(windows) + cfg.pipeline.watermark_s if windows else fill_seconds(cfg)
 
 
 def tail_workload(cfg: Any, records: Any, rate_pps: float, seconds: float) -> Any:
@@ -742,10 +733,18 @@ def format_report(result: dict[str, Any]) -> list[str]:
             cells = [
                 f"{part} {m['measured_cpu']:.3f}/{m['estimated_cpu']:.3f} = {m['ratio']:.2f}"
                 for part, m in model.items()
-                if part not in ("constants", "per_batch") and m["ratio"] is not None
+                if isinstance(m, dict) and "ratio" in m and m["ratio"] is not None
             ]
             if cells:
                 lines.append("    measured / estimated CPU s/s (cost model): " + ", ".join(cells))
+            rows = [
+                f"{part} {m['measured_rows']:,.0f}/{m['estimated_rows']:,.0f}"
+                f" = {m['measured_rows'] / m['estimated_rows']:.2f}"
+                for part, m in model.items()
+                if isinstance(m, dict) and m.get("measured_rows") and m.get("estimated_rows")
+            ]
+            if rows:
+                lines.append("    measured / estimated state rows (cost model): " + ", ".join(rows))
             fits = model.get("per_batch") or {}
             if fits:
                 lines.append(

@@ -541,7 +541,7 @@ def admit(cfg: Config, kinds: Collection[str] | None = None) -> tuple[Config, di
     is admitted while the running totals fit ``(1 − reserve)·`` the CPU and memory budgets
     (``analytics.explain.admission``). Returns the configuration without the refused top-k,
     distinct and join queries, and per refused query its one-line reason naming the estimate
-    and the budget. Traffic always runs (every page and alert needs it).
+    and the budget. Traffic and the alert features always run (every page and alert needs them).
     """
     rate = cfg.resources.admission_rate_pps
     if rate <= 0:
@@ -552,7 +552,7 @@ def admit(cfg: Config, kinds: Collection[str] | None = None) -> tuple[Config, di
     verdicts = admission(
         model.estimates(scoped, Workload(rate_pps=rate)), cfg.resources.cpu_bound, cfg.resources.memory_bound
     )
-    refused = {name: why for name, why in verdicts.items() if why and name != "traffic"}
+    refused = {name: why for name, why in verdicts.items() if why and name not in ("traffic", "features")}
     if not refused:
         return cfg, {}
     queries = dataclasses.replace(

@@ -556,3 +556,48 @@ def test_topk_under_the_granularity_operator_against_a_simulated_stream() -> Non
     open_rows = (math.ceil(model.watermark_s / (m * b)) + 1) * m * distinct_keys(rate * b, keys)
     assert est.state_rows == pytest.approx(2 * lists + open_rows)
     assert float(np.mean(fine_keys)) == pytest.approx(distinct_keys(rate * b, keys), rel=0.03)
+
+
+@pytest.mark.parametrize("scenario", ["baseline", "ddos"])
+def test_feature_pair_rows_and_control_records_against_the_features_stage_1(
+    scenario: str, tmp_path: Path
+) -> None:
+    """The alert features' events, counted on the real stage 1 (``pipeline.features`` specs over
+    ``partials_of``) of a generated capture cut into batches out of phase with its windows and
+    spread over two tasks in messages: a pair row per (window, destination, source) of each
+    (batch, window, task) piece, and every control record, as ``CostModel.features`` counts them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ingest import read_records
+    from ingest.generate import generate
+    from netmon.config import load_config
+    from pipeline.features import CONTROL_SPEC, PAIRS_SPEC, build_features_batch
+    from pipeline.partials import ROW_SCHEMA, partials_of, rows_of
+
+    seconds, trigger, tasks = 40.0, 1.0, 2
+    generate(tmp_path / "c.pcap", scenario=scenario, packets=40_000, duration_s=seconds, seed=9)
+    table = pa.Table.from_batches(list(read_records(tmp_path / "c.pcap")))
+    ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
+    rows = table.set_column(0, "ts", ts).add_column(1, "is_control", pa.array([False] * table.num_rows))
+    rows = rows.cast(ROW_SCHEMA)
+    cfg = load_config(None, env={})
+    kind = build_features_batch(cfg, tmp_path / "results", tmp_path / "checkpoint")
+    t = pc.cast(rows["ts"], pa.int64()).to_numpy() / 1e6
+    batch = np.floor((t - t.min() + 0.37) / trigger).astype(np.int64)
+    task = (np.arange(rows.num_rows) // 100) % tasks
+    pair_rows = control = 0
+    for b in np.unique(batch):
+        for k in range(tasks):
+            part = rows.filter(pa.array((batch == b) & (task == k)))
+            partials = partials_of(part, kind.specs)
+            pair_rows += partials.filter(pc.equal(partials["query"], PAIRS_SPEC)).num_rows
+            mine, _ = rows_of(partials, CONTROL_SPEC)
+            control += 0 if mine is None else mine.num_rows
+    w = workload_of(table, table.num_rows / seconds, keys=["dst_ip,src_ip"])
+    est = CostModel(trigger_s=trigger, tasks=tasks).features(w, cfg.alerts.features_window_s)
+    assert est.ops["control_rows"] * seconds == pytest.approx(control, rel=0.01)
+    # Within 20 %, not closer: a task's piece is every other message of the piece's span, and the
+    # model counts n/t *consecutive* records; with a flow's packets close in time that counts
+    # ~15 % fewer pairs on the baseline capture (a known gap, docs/overload.md)
+    assert est.ops["pair_rows"] * seconds == pytest.approx(pair_rows, rel=0.2)

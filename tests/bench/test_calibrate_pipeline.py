@@ -122,7 +122,8 @@ def test_a_paced_ladder_fits_over_the_steady_batches_of_every_rate(
     the rows fitted are each run's steady batches, of what arrived while the one before ran."""
     import dataclasses
 
-    from bench.calibrate_pipeline import PACED_TAIL, PACED_WARM, fill_seconds, measure_paced
+    from analytics.cost_model import fill_seconds
+    from bench.calibrate_pipeline import PACED_TAIL, PACED_WARM, measure_paced
     from netmon.config import load_config
     from netmon.results import SHARED_QUERY, read_results, results_dir
 

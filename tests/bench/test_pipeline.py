@@ -46,10 +46,13 @@ def test_a_tiny_drain_reports_its_own_packets_and_shares(spark) -> None:
     assert lines[1].startswith("baseline: drain 3,000 packets in ")
 
 
-def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None:
+def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark, tmp_path) -> None:
     """With a budget no batch can meet, the run's batches after the first ones are sampled, and
-    the report says how many and the smallest fraction (the sys rows the pipeline wrote)."""
+    the report says how many and the smallest fraction (the sys rows the pipeline wrote).
+    ``keep``: the capture and the rate's sys rows stay, and the cost model asked again about
+    them later answers what it answered in the run."""
     result = bench_pipeline(
+        keep=tmp_path / "kept",
         scenarios=("baseline",),
         packets=2000,
         duration_s=10.0,
@@ -81,6 +84,31 @@ def test_a_rate_under_the_resource_manager_reports_its_drop_boxes(spark) -> None
     for fit in model["per_batch"].values():  # seconds per batch against packets, when they vary
         assert fit["batches"] >= 3
     assert "measured / estimated CPU s/s (cost model): stage1 " in "\n".join(format_report(result))
+    import pyarrow as pa
+
+    from analytics.cost_model import DEFAULT_CONSTANTS
+    from bench.pipeline import model_check
+    from ingest import read_records
+    from netmon.config import load_config
+
+    kept = tmp_path / "kept"
+    records = pa.Table.from_batches(list(read_records(kept / "baseline-1500.pcap")))
+    again = model_check(
+        load_config(None, env={}),
+        records,
+        run["produced_pps"],
+        run["seconds"] / 2,
+        DEFAULT_CONSTANTS,
+        kept / "sys-baseline-1500",
+    )
+    # the same estimates, within float noise (the batch period follows the newest batch: a sys row
+    # the listener committed after the run's own check may move it a little)
+    parts = {p for p, v in model.items() if isinstance(v, dict) and "estimated_cpu" in v}
+    assert parts == {p for p, v in again.items() if isinstance(v, dict) and "estimated_cpu" in v}
+    for part in parts:
+        assert again[part]["estimated_rows"] == pytest.approx(model[part]["estimated_rows"], rel=0.01), part
+        assert again[part]["estimated_cpu"] == pytest.approx(model[part]["estimated_cpu"], rel=0.1), part
+        assert again[part]["measured_cpu"] is not None, part
 
 
 def test_produce_time_latency_follows_the_records_sent_not_their_event_time(tmp_path) -> None:

@@ -218,7 +218,7 @@ def test_overrides_are_checked_as_the_configuration_is(tmp_path: Path) -> None:
 def test_admission_refuses_what_does_not_fit_naming_the_estimate_and_the_budget(tmp_path: Path) -> None:
     cfg = Config()
     assert admit(cfg) == (cfg, {})  # no admission rate: everything runs
-    model = CostModel(load_constants(cfg.paths.state_dir), cfg.pipeline.watermark_s)
+    model = CostModel.for_config(cfg, load_constants(cfg.paths.state_dir))
     rate = 100_000.0
     estimates = model.estimates(cfg, Workload(rate_pps=rate))
     # A budget that holds traffic and about half of the rest, in order.
@@ -237,7 +237,8 @@ def test_admission_refuses_what_does_not_fit_naming_the_estimate_and_the_budget(
             expected.append(e.query)
     assert sorted(refused) == sorted(expected) and refused
     left = {q.name for q in (*admitted.queries.topk, *admitted.queries.distinct, *admitted.queries.join)}
-    assert left.isdisjoint(refused) and left | set(refused) == {e.query for e in estimates} - {"traffic"}
+    always = {"traffic", "features"}  # kinds, not queries: never refused
+    assert left.isdisjoint(refused) and left | set(refused) == {e.query for e in estimates} - always
     for name, line in refused.items():
         assert "\n" not in line and line.startswith(f"query {name!r} refused: estimated CPU ")
         assert f"budget {tight.resources.cpu_bound:.3g} s/s" in line and "at 100000 packets/s" in line
