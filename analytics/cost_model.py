@@ -861,11 +861,12 @@ class CostModel(Base):
         fine_pairs = pairs_in(rate * b)
         pieces = (1.0 / b + 1.0 / self.trigger_s) * self.tasks
         per_piece = rate / pieces
-        stored = pieces * groups_in(per_piece)  # sketch rows made and stored a second
+        piece_groups = groups_in(per_piece)
+        stored = pieces * piece_groups  # sketch rows made and stored a second
         answers = groups_in(rate * g) / g
         held_s = q.window_s + self.watermark_s + self.trigger_s + (m - 1) * b
         rows = held_s * stored if rate > 0 else 0.0
-        items = pairs_in(per_piece) / groups_in(per_piece) if per_piece > 0 and groups_in(per_piece) else 0.0
+        items = pairs_in(per_piece) / piece_groups if per_piece > 0 and piece_groups else 0.0
         sketch_bytes = c.hll_header_bytes + min(2**q.lg_k * c.hll_register_bytes, items * c.hll_coupon_bytes)
         stage1 = rate * c.count_row_s + fine_pairs / b * c.sketch_item_s + stored * c.count_group_s
         return self._in_pipeline(

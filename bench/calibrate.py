@@ -318,7 +318,7 @@ def _join_driver_constants(cfg: Config, scale: float, say: Callable[[str], None]
     from ingest import read_records
     from ingest.generate import generate
     from pipeline.joins_batch import JOINS_SPEC, build_joins_batch
-    from pipeline.partials import ROW_SCHEMA, partials_of, rows_of
+    from pipeline.partials import decoded_rows, partials_of, rows_of
 
     samples: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="netmon-calibrate-joins-") as tmp:
@@ -327,12 +327,7 @@ def _join_driver_constants(cfg: Config, scale: float, say: Callable[[str], None]
             capture = work / "capture.pcap"
             work.mkdir()
             generate(capture, scenario=scenario, packets=int(scale * 80_000), duration_s=20.0, seed=11 + seed)
-            table = pa.Table.from_batches(list(read_records(capture)))
-            ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
-            rows = table.set_column(0, "ts", ts).add_column(
-                1, "is_control", pa.array([False] * table.num_rows)
-            )
-            rows = rows.cast(ROW_SCHEMA)
+            rows = decoded_rows(pa.Table.from_batches(list(read_records(capture))))
             kind = build_joins_batch(cfg, work / "results", work / "checkpoint")
             seconds = pc.divide(pc.cast(rows["ts"], pa.int64()), 1_000_000).to_numpy()
             first = int(seconds.min())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -166,7 +167,7 @@ def command(
 def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> tuple[dict[str, float], Callable[[], None]]:
     """The windows asked for (control file entries, ``pipeline.window_knobs.window_key``),
     checked against their queries, and what writes them when changed."""
-    from pipeline.window_knobs import read_windows, window_file, window_key, write_windows
+    from pipeline.window_knobs import read_windows, window_file, window_key
 
     path = window_file(cfg)
     try:
@@ -180,14 +181,23 @@ def _windows(cfg: Config, given: tuple[str, ...], clear: bool) -> tuple[dict[str
             raise click.UsageError(f"--window: {problem}")
         windows[window_key(kind, q.name)] = seconds
 
+    return windows, _saver(path, windows, bool(given or clear))
+
+
+def _saver(path: Path, values: dict[str, float], active: bool) -> Callable[[], None]:
+    """Writes ``values`` to the control file at ``path`` when asked to (``active``: the knob was
+    given or cleared), or removes the file when nothing is left; run once every knob is checked."""
+
     def save() -> None:
-        if given or clear:
-            if windows:
-                write_windows(path, windows)
+        from pipeline.window_knobs import write_windows
+
+        if active:
+            if values:
+                write_windows(path, values)
             else:
                 path.unlink(missing_ok=True)
 
-    return windows, save
+    return save
 
 
 def _windows_fit_sub_windows(
@@ -222,7 +232,6 @@ def _granularities(
         granularity_file,
         read_windows,
         window_key,
-        write_windows,
     )
 
     path = granularity_file(cfg)
@@ -239,14 +248,7 @@ def _granularities(
             raise click.UsageError(f"--granularity: {problem}")
         grains[key] = seconds
 
-    def save() -> None:
-        if given or clear:
-            if grains:
-                write_windows(path, grains)
-            else:
-                path.unlink(missing_ok=True)
-
-    return grains, save
+    return grains, _saver(path, grains, bool(given or clear))
 
 
 def _grained(cfg: Config, name: str) -> tuple[str, TopKQuery | DistinctQuery]:

@@ -224,30 +224,30 @@ def test_handshake_staged_tuples_and_written_rows_against_the_joins_kind(
     from ingest.generate import generate
     from netmon.config import load_config
     from pipeline.joins_batch import JOINS_SPEC, build_joins_batch
-    from pipeline.partials import ROW_SCHEMA, partials_of, rows_of
+    from pipeline.partials import decoded_rows, partials_of, rows_of
 
     seconds = 20.0
     generate(tmp_path / "c.pcap", scenario=scenario, packets=30_000, duration_s=seconds, seed=5)
     table = pa.Table.from_batches(list(read_records(tmp_path / "c.pcap")))
-    ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
-    rows = table.set_column(0, "ts", ts).add_column(1, "is_control", pa.array([False] * table.num_rows))
-    rows = rows.cast(ROW_SCHEMA)
+    rows = decoded_rows(table)
     cfg = load_config(None, env={})
     kind = build_joins_batch(cfg, tmp_path / "results", tmp_path / "checkpoint")
     second = pc.divide(pc.cast(rows["ts"], pa.int64()), 1_000_000).to_numpy()
     second = second - second.min()
     staged = written = 0
     last = int(second.max()) + int(cfg.queries.join[0].window_s + cfg.pipeline.watermark_s) + 2
+    end_us = int(pc.max(pc.cast(rows["ts"], pa.int64())).as_py())
     for i in range(last + 1):
         batch = rows.filter(pa.array(second == i)) if i <= second.max() else rows.slice(0, 0)
         partials = partials_of(batch, kind.specs)
         mine, _ = rows_of(partials, JOINS_SPEC)
         staged += 0 if mine is None else mine.num_rows
         # past the capture's end the clock moves on, so the last SYNs are reported
-        end_us = int(pc.max(pc.cast(rows["ts"], pa.int64())).as_py()) + (i - int(second.max())) * 1_000_000
-        kind.apply(
-            partials, end_us if i > second.max() else pc.max(pc.cast(batch["ts"], pa.int64())).as_py(), i
-        )
+        if i > second.max():
+            max_us = end_us + (i - int(second.max())) * 1_000_000
+        else:
+            max_us = pc.max(pc.cast(batch["ts"], pa.int64())).as_py()
+        kind.apply(partials, max_us, i)
         out = tmp_path / "results" / f"batch-{i:06d}" / "part-00000.parquet"
         written += pq.read_metadata(out).num_rows if out.exists() else 0
     w = workload_of(table, table.num_rows / seconds)
@@ -573,14 +573,12 @@ def test_feature_pair_rows_and_control_records_against_the_features_stage_1(
     from ingest.generate import generate
     from netmon.config import load_config
     from pipeline.features import CONTROL_SPEC, PAIRS_SPEC, build_features_batch
-    from pipeline.partials import ROW_SCHEMA, partials_of, rows_of
+    from pipeline.partials import decoded_rows, partials_of, rows_of
 
     seconds, trigger, tasks = 40.0, 1.0, 2
     generate(tmp_path / "c.pcap", scenario=scenario, packets=40_000, duration_s=seconds, seed=9)
     table = pa.Table.from_batches(list(read_records(tmp_path / "c.pcap")))
-    ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
-    rows = table.set_column(0, "ts", ts).add_column(1, "is_control", pa.array([False] * table.num_rows))
-    rows = rows.cast(ROW_SCHEMA)
+    rows = decoded_rows(table)
     cfg = load_config(None, env={})
     kind = build_features_batch(cfg, tmp_path / "results", tmp_path / "checkpoint")
     t = pc.cast(rows["ts"], pa.int64()).to_numpy() / 1e6

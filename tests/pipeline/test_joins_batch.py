@@ -18,7 +18,7 @@ from netmon.config import JoinQuery, SheddingConfig
 from netmon.results import read_results
 from pipeline.joins import join_specs
 from pipeline.joins_batch import SharedJoins
-from pipeline.partials import ROW_SCHEMA, partials_of
+from pipeline.partials import decoded_rows, partials_of
 from tests.conftest import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "samples" / "mixed-small.pcap"
@@ -32,10 +32,7 @@ SHED = SheddingConfig(x_left=0.5, x_right=0.3, seed=7)
 
 
 def _records() -> pa.Table:
-    table = pa.Table.from_batches(list(read_records(SAMPLE)))
-    ts = pc.cast(pc.divide(pc.cast(table["ts"], pa.int64()), 1000), pa.timestamp("us", tz="UTC"))
-    rows = table.set_column(0, "ts", ts).add_column(1, "is_control", pa.array([False] * table.num_rows))
-    return rows.cast(ROW_SCHEMA)
+    return decoded_rows(pa.Table.from_batches(list(read_records(SAMPLE))))
 
 
 def _batches(n: int) -> list[pa.Table]:
