@@ -43,7 +43,9 @@ for a user who has the dashboard open; the warm-up visit fills that cache.
   chart (``stPlotlyChart``, a figure ``dashboard.chartjs`` could not translate) with its SVG
   (``.main-svg``): charts draw after their element arrives, so the end of the script run alone is
   too early;
-- every table (``stDataFrame``) has drawn its canvas (the data grid draws on a canvas).
+- every table has been drawn: each of ``dashboard.tables`` (an element ``data-netmon-table`` its
+  script marks ``data-drawn="1"`` once its rows are built) and any ``st.dataframe``
+  (``stDataFrame``) with its canvas (the data grid draws on a canvas).
 
 The pages' ``st.fragment(run_every=refresh_s)`` panels rerun every few seconds; the first complete
 draw is what is timed. Playwright drives the Chromium the system has (``shutil.which("chromium")``,
@@ -96,6 +98,8 @@ DRAWN = """() => {
     if (c.dataset.drawn !== '1') return false;
   for (const t of main.querySelectorAll('[data-testid="stDataFrame"]'))
     if (!t.querySelector('canvas')) return false;
+  for (const t of main.querySelectorAll('[data-netmon-table]'))
+    if (t.dataset.drawn !== '1') return false;
   return true;
 }"""
 #: What a drawn page shows, counted in the page once :data:`DRAWN` holds.
@@ -107,7 +111,8 @@ _CONTENT = """() => {
     charts: (main.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length
       ? main.querySelectorAll('[data-testid="stPlotlyChart"]').length : 0)
       + main.querySelectorAll('canvas[data-netmon-chart][data-drawn="1"]').length,
-    tables: main.querySelectorAll('[data-testid="stDataFrame"]').length,
+    tables: main.querySelectorAll('[data-testid="stDataFrame"]').length
+      + main.querySelectorAll('[data-netmon-table][data-drawn="1"]').length,
     metrics: main.querySelectorAll('[data-testid="stMetric"]').length,
     exceptions: texts('[data-testid="stException"]'),
     alerts: texts('[data-testid="stAlert"]'),

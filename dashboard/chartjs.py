@@ -43,7 +43,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-__all__ = ["CHART_JS", "STATIC", "Unsupported", "config", "embedded", "page", "show"]
+__all__ = [
+    "CHART_JS",
+    "STATIC",
+    "Unsupported",
+    "config",
+    "embedded",
+    "is_time",
+    "json_values",
+    "page",
+    "show",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +88,8 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
-def _values(seq: Any) -> list[Any]:
+def json_values(seq: Any) -> list[Any]:
+    """A sequence's values as JSON values: datetimes as epoch ms, NaN/NaT/None as null."""
     if seq is None:
         return []
     if isinstance(seq, np.ndarray) and np.issubdtype(seq.dtype, np.datetime64):
@@ -87,7 +98,8 @@ def _values(seq: Any) -> list[Any]:
     return [_plain(v) for v in seq]
 
 
-def _is_time(seq: Any) -> bool:
+def is_time(seq: Any) -> bool:
+    """Whether a sequence holds datetimes (its first value that is not None)."""
     if seq is None or len(seq) == 0:
         return False
     if isinstance(seq, np.ndarray) and np.issubdtype(seq.dtype, np.datetime64):
@@ -208,7 +220,7 @@ def _lines(fig: go.Figure) -> list[dict[str, Any]]:
 def _histogram(traces: Sequence[Any], colors: tuple[str, ...]) -> list[dict[str, Any]]:
     """Histogram traces as stacked bars over shared bins (``bingroup``): one dataset a trace,
     the count of its values in each bin."""
-    values = [np.asarray([v for v in _values(t.x) if v is not None], float) for t in traces]
+    values = [np.asarray([v for v in json_values(t.x) if v is not None], float) for t in traces]
     every = np.concatenate(values) if values else np.zeros(0)
     nbins = max(int(t.nbinsx or 0) for t in traces) or 10
     edges = np.histogram_bin_edges(every, bins=nbins) if len(every) else np.array([0.0, 1.0])
@@ -247,7 +259,7 @@ def config(fig: go.Figure) -> dict[str, Any]:
     place_axis = layout.yaxis if horizontal else layout.xaxis
     places = [place_of(t) for t in fig.data if t.type != "histogram"]
     categorical = place_axis.type == "category" or any(_is_text(p) for p in places)
-    timed = place_axis.type == "date" or (not categorical and any(_is_time(p) for p in places))
+    timed = place_axis.type == "date" or (not categorical and any(is_time(p) for p in places))
     floating = any(t.type == "bar" and t.base is not None for t in fig.data)
     if floating and not horizontal:
         raise Unsupported("floating vertical bars")
@@ -255,7 +267,7 @@ def config(fig: go.Figure) -> dict[str, Any]:
     if categorical:
         seen: dict[str, None] = {}
         for p in places:
-            for v in _values(p):
+            for v in json_values(p):
                 seen.setdefault(str(v), None)
         labels = list(seen)
     barmode = layout.barmode or "group"
@@ -269,12 +281,12 @@ def config(fig: go.Figure) -> dict[str, Any]:
     for i, t in enumerate(fig.data if not histograms else ()):
         color = (t.line.color if t.type == "scatter" else None) or (t.marker.color if t.marker else None)
         color = _color(color if isinstance(color, str) else colors[i % len(colors)])
-        xs, ys = _values(place_of(t)), _values(value_of(t))
+        xs, ys = json_values(place_of(t)), json_values(value_of(t))
         if categorical:
             xs = [None if x is None else str(x) for x in xs]
         if t.type == "bar" and t.base is not None:
-            bases = _values(t.base)
-            lengths = _values(t.x)
+            bases = json_values(t.base)
+            lengths = json_values(t.x)
             ys = [None if b is None or n is None else [b, b + n] for b, n in zip(bases, lengths, strict=True)]
         key = "y" if not horizontal else "x"
         other = "x" if not horizontal else "y"

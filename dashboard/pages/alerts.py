@@ -7,7 +7,7 @@ import datetime as dt
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import chartjs, charts, data, data_alerts
+from dashboard import chartjs, charts, data, data_alerts, tables
 
 cfg = data.config()
 state_dir = str(cfg.paths.state_dir)
@@ -48,7 +48,7 @@ def panel() -> None:
         st.caption("No alert matches the filters.")
     else:
         shown = df.drop(columns=["alert_id", "episode_id"])
-        st.dataframe(shown, hide_index=True, width="stretch")
+        tables.show(shown)
         spans = df.assign(
             end=df["last_seen"].fillna(df["first_seen"]), label=df["rule"] + " " + df["subject"]
         )
@@ -91,7 +91,7 @@ def panel() -> None:
     if dead.empty:
         st.caption("None. Deliveries that give up appear here; `netmon alerts retry` re-sends them.")
     else:
-        st.dataframe(dead, hide_index=True, width="stretch")
+        tables.show(dead)
         st.caption("Re-send with `netmon alerts retry [--target NAME]`.")
 
 

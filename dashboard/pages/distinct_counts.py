@@ -10,7 +10,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import buckets, chartjs, charts, data, time_range
+from dashboard import buckets, chartjs, charts, data, tables, time_range
 from dashboard import data_distinct as dd
 
 cfg = data.config()
@@ -66,7 +66,7 @@ def panel() -> None:
         if flagged.empty:
             st.caption(f"No group reached {int(threshold):,} in this range.")
         else:
-            st.dataframe(flagged, hide_index=True, width="stretch", key=f"suspects-{name}")
+            tables.show(flagged)
 
 
 panel()

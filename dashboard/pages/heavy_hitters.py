@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import chartjs, charts, data, data_topk, time_range
+from dashboard import chartjs, charts, data, data_topk, tables, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -85,12 +85,7 @@ def current(report: pd.DataFrame, unit: str) -> None:
         st.info("No item is above δ in this window.")
         return
     table = items[["rank", "key", "count", "share"]].assign(count=items["count"].astype("int64"))
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        column_config={"share": st.column_config.NumberColumn("share", format="percent")},
-    )
+    tables.show(table, {"share": "percent"})
 
 
 def history(df: pd.DataFrame, unit: str, top: int = 8) -> None:

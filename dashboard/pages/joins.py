@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import chartjs, charts, data, data_joins, time_range
+from dashboard import chartjs, charts, data, data_joins, tables, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -77,7 +77,7 @@ def handshakes(rtts, syns) -> None:  # noqa: ANN001 - DataFrames
         table = per_server.copy()
         for col in ("rtt_min_s", "rtt_p50_s", "rtt_p90_s", "rtt_max_s"):
             table[col.replace("_s", "_ms")] = table.pop(col) * 1000
-        st.dataframe(table, hide_index=True, width="stretch")
+        tables.show(table)
     st.subheader("Half-open SYNs per destination")
     if syns.empty:
         st.caption("No SYN left unanswered (reported once its window has passed).")
@@ -96,7 +96,7 @@ def link_correlation(links) -> None:  # noqa: ANN001 - a DataFrame
     fig = charts.bars(top, "key", "matches", color="query", title="Keys seen on both streams within T")
     fig.update_layout(xaxis_title="key", yaxis_title="matches")
     chartjs.show(fig)
-    st.dataframe(links, hide_index=True, width="stretch")
+    tables.show(links)
 
 
 panel()

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from dashboard import buckets, chartjs, charts, data, data_resources, time_range
+from dashboard import buckets, chartjs, charts, data, data_resources, tables, time_range
 from dashboard import data_pipeline as dp
 
 cfg = data.config()
@@ -152,7 +152,7 @@ def panel() -> None:
             "topk, distinct) share one decode, so their malformed and far-future records are the same "
             "ones; late rows are each kind's, dropped behind its watermark."
         )
-        st.dataframe(dp.status_table(status), hide_index=True, width="stretch")
+        tables.show(dp.status_table(status))
 
 
 panel()

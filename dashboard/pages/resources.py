@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from dashboard import buckets, chartjs, charts, data, data_resources, time_range
+from dashboard import buckets, chartjs, charts, data, data_resources, tables, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -170,7 +170,7 @@ def panel() -> None:
         "shed_fractions",
     ]
     table = rows[[c for c in columns if rows[c].notna().any()]]
-    st.dataframe(table.tail(50), hide_index=True, width="stretch")
+    tables.show(table.tail(50))
 
 
 panel()

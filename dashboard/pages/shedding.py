@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import buckets, chartjs, charts, data, data_joins, time_range
+from dashboard import buckets, chartjs, charts, data, data_joins, tables, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -116,7 +116,7 @@ def panel() -> None:
         "results",
         "unshed_estimate",
     ]
-    st.dataframe(df[[c for c in columns if c in df.columns]].tail(50), hide_index=True, width="stretch")
+    tables.show(df[[c for c in columns if c in df.columns]].tail(50))
 
 
 def comparison() -> None:
@@ -146,7 +146,7 @@ def comparison() -> None:
     fig.update_yaxes(tickformat=".0%")
     chartjs.show(fig)
     table = rows.pivot_table(index="budget_fraction", columns="strategy", values="result_fraction")
-    st.dataframe(table.style.format("{:.1%}"), width="stretch")
+    tables.show(table.reset_index(), dict.fromkeys(["budget_fraction", *map(str, table.columns)], "percent"))
 
 
 panel()

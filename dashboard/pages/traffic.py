@@ -6,7 +6,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import chartjs, charts, data, time_range
+from dashboard import chartjs, charts, data, tables, time_range
 
 cfg = data.config()
 data_dir = str(cfg.paths.data_dir)
@@ -64,7 +64,7 @@ def panel() -> None:
         .sum()
         .sort_values("packets", ascending=False)
     )
-    st.dataframe(by_proto, hide_index=True, width="stretch")
+    tables.show(by_proto)
 
 
 panel()

@@ -12,6 +12,7 @@ from alerts.outbox import Outbox, outbox_path
 from alerts.rules import RuleEngine
 from netmon.config import AlertRule
 from tests.alerts.helpers import distinct_row
+from tests.dashboard import chart_frames
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard"
 RULE = AlertRule(
@@ -49,13 +50,13 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _check(at: AppTest) -> None:
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Alerts"]
-    table = at.dataframe[0].value
+    table = chart_frames.tables(at)[0]
     assert sorted(zip(table["subject"], table["status"], strict=True)) == [
         ("10.0.0.7", "firing"),
         ("34.22.41.40", "resolved"),
     ]
     assert set(table["→ pager"]) == {"dead", "pending"} and set(table["subject_label"]) == {"victim"}
-    dead = at.dataframe[1].value
+    dead = chart_frames.tables(at)[1]
     assert list(dead["target"]) == ["pager"] and "401" in dead["last_error"].iloc[0]
     assert [m.value for m in at.metric] == ["1", "1", "4", "1"]  # firing, resolved, pending, dead
 
@@ -73,10 +74,10 @@ def test_alerts_page_alone_and_its_filters() -> None:
     at = AppTest.from_file(str(DASHBOARD / "pages" / "alerts.py"), default_timeout=30).run()
     _check(at)
     at.multiselect[0].set_value(["firing"]).run()
-    assert list(at.dataframe[0].value["subject"]) == ["10.0.0.7"]
+    assert list(chart_frames.tables(at)[0]["subject"]) == ["10.0.0.7"]
     at.multiselect[0].set_value(["firing", "resolved"]).run()
     at.text_input[0].input("34.22").run()
-    assert list(at.dataframe[0].value["subject"]) == ["34.22.41.40"]
+    assert list(chart_frames.tables(at)[0]["subject"]) == ["34.22.41.40"]
 
 
 def test_alerts_page_without_an_outbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,13 @@
-"""The charts a page drew, read back from its Chart.js charts' HTML (``dashboard.chartjs``) in
-``AppTest``: what the browser is given, not the figure it was made from."""
+"""The charts and tables a page drew, read back from their HTML (``dashboard.chartjs``,
+``dashboard.tables``) in ``AppTest``: what the browser is given, not the frame it was made from."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
+from dashboard import tables as html_tables
 from dashboard.chartjs import embedded
 
 
@@ -13,6 +16,13 @@ def charts(at: Any) -> list[dict[str, Any]]:
     figure ``dashboard.chartjs`` could not translate falls back to it)."""
     assert not at.get("plotly_chart"), "a chart fell back to Plotly: dashboard.chartjs.Unsupported"
     return [embedded(html.proto.body) for html in at.get("html") if "data-netmon-chart" in html.proto.body]
+
+
+def tables(at: Any) -> list[pd.DataFrame]:
+    """Each table's frame (``dashboard.tables``), in the page's order: what the browser is given.
+    None is an ``st.dataframe`` (the pages draw every table with ``dashboard.tables``)."""
+    assert not at.dataframe, "a table drawn by st.dataframe, not dashboard.tables"
+    return [html_tables.embedded(h.proto.body) for h in at.get("html") if "data-netmon-table" in h.proto.body]
 
 
 def title(chart: dict[str, Any]) -> str:

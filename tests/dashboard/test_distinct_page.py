@@ -110,6 +110,6 @@ def test_page_charts_each_query_and_lists_the_scanner(monkeypatch, scan_results)
     assert [h.value for h in at.subheader] == names
     assert len(chart_frames.charts(at)) == len(names)
     # Suspects at the default threshold (100): the scanner, by its ports and by nothing else.
-    tables = [df.value for df in at.dataframe]
+    tables = chart_frames.tables(at)
     assert tables and all(list(t.columns[:2]) == ["group", "peak"] for t in tables)
     assert any(SCANNER in t["group"].tolist() for t in tables)

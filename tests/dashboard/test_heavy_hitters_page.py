@@ -56,6 +56,12 @@ def _check_current_report(at, query: str) -> None:
     counts = [y for trace in bars["data"]["datasets"] for y in chart_frames.values(trace, bars)]
     assert counts == [item["count"] for item in last["items"]]
     assert "δ" in chart_frames.names(history)
+    # the table: the same items in rank order, their shares given as fractions (shown as percents)
+    (table,) = chart_frames.tables(at)
+    assert list(table["key"]) == [item["key"] for item in last["items"]]
+    assert list(table["count"]) == [item["count"] for item in last["items"]]
+    assert list(table["rank"]) == list(range(1, len(last["items"]) + 1))
+    assert 0 < table["share"].min() <= table["share"].max() <= 1
 
 
 def test_page_shows_each_query_current_report_and_history(dashboard_env) -> None:

@@ -179,7 +179,7 @@ def test_catching_up_and_keeping_up(monkeypatch, tmp_path) -> None:
     share = charts["Batch duration as a share of the trigger interval (over 1: the batch overran)"]
     assert chart_frames.lines(share)[0] == 1.0
     # The totals since the start: late and malformed per kind, no bookkeeping.
-    table = at.dataframe[0].value
+    table = chart_frames.tables(at)[0]
     assert list(table["query"]) == ["traffic", "topk", "joins"]
     assert list(table["late_dropped"]) == [7, 9, 2] and set(table["malformed"]) == {3}
     assert "last_batch_id" not in table.columns and "late_in_batches" not in table.columns
@@ -208,7 +208,7 @@ def test_without_statistics_or_status(monkeypatch, tmp_path) -> None:
     )
     at = _app(monkeypatch, tmp_path / "status-only")
     assert "No pipeline statistics in this time range" in at.info[0].value
-    assert list(at.dataframe[0].value["query"]) == ["traffic"]
+    assert list(chart_frames.tables(at)[0]["query"]) == ["traffic"]
 
 
 def test_verdicts_and_counts() -> None:

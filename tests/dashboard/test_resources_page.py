@@ -351,7 +351,7 @@ def test_page_shows_each_query_measured_beside_estimated(monkeypatch, generated,
     assert "State rows: measured vs estimated" in titles
     cpu = chart_frames.charts(at)[0]
     assert chart_frames.lines(cpu) == [pytest.approx(0.8), pytest.approx(0.8)]
-    table = at.dataframe[0].value
+    table = chart_frames.tables(at)[0]
     assert isinstance(table, pd.DataFrame) and len(table) == 50
     assert table["shed_fractions"].iloc[-1] == '{"handshake":[1.0,1.0]}'
     # A longer range (the sidebar's picker, every page's): more batches.
