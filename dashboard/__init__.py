@@ -7,7 +7,8 @@ outbox with SQLite), never Spark. Results reads are bounded to the page's time r
 picker, ``time_range``, one for every page): ``bounded`` opens only the files whose rows can lie
 in it. A long series is cut to a bounded number of points per line (``buckets``), described as a
 Plotly figure built directly (``charts``) and drawn in the browser by Chart.js (``chartjs``: a
-page in a new tab draws in about half the time Plotly's own library took). ``server`` starts
+page in a new tab draws in about half the time Plotly's own library took); tables are HTML
+built in the browser (``tables``), not Streamlit's data grid. ``server`` starts
 Streamlit for ``netmon dashboard`` and ``netmon demo``, with ``warmup``, which reads the last 24 h
 of every kind into the process's caches before a user asks for them.
 
@@ -31,6 +32,7 @@ __all__ = [
     "data_resources",
     "data_topk",
     "server",
+    "tables",
     "time_range",
     "warmup",
 ]
