@@ -11,7 +11,7 @@ import streamlit as st
 # `dashboard` package, so make its parent importable when netmon is not installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dashboard import data  # noqa: E402
+from dashboard import chartjs, data  # noqa: E402
 
 st.set_page_config(page_title="netmon", page_icon="📡", layout="wide")
 # One page per capability; a page whose module is not installed is simply not offered.
@@ -33,4 +33,5 @@ pages = [
 ]
 nav = st.navigation(pages)
 st.sidebar.caption(f"data: {data.config().paths.data_dir}")
+chartjs.preload()  # Chart.js loads while the page's script reads its results
 nav.run()

@@ -406,6 +406,19 @@ def _row_name(fig: go.Figure, axis: str) -> str:
     return next((str(t.name) for t in fig.data if (t.yaxis or "y") == axis and t.name), "")
 
 
+def _loader(base: str) -> str:
+    """The script that starts loading Chart.js and our callbacks from ``base/app/static``, once per
+    tab: a promise kept on ``window`` (``__netmonChartJs``) that a page switch or a refresh reuses."""
+    static = json.dumps(f"{base.rstrip('/')}/app/static")
+    return (
+        "(() => {const at = " + static + ";"
+        "const load = (src) => new Promise((ok, no) => {const s = document.createElement('script');"
+        "s.src = at + '/' + src; s.onload = ok; s.onerror = no; document.head.appendChild(s);});"
+        "window.__netmonChartJs = window.__netmonChartJs"
+        f" || load('{CHART_JS}').then(() => load('{STATIC}'));}})();"
+    )
+
+
 def page(cfg: dict[str, Any], base: str = "", chart_id: str = "0") -> str:
     """The chart's HTML, put in the page itself (``st.html``): a canvas, the configuration as JSON
     (``<`` escaped: no text in it can end the script element), and a script that loads Chart.js
@@ -413,17 +426,12 @@ def page(cfg: dict[str, Any], base: str = "", chart_id: str = "0") -> str:
     switch or a refresh reuses them) and draws the chart in the canvas ``chart_id`` names."""
     text = json.dumps(cfg, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     height = cfg["options"]["netmonHeight"]
-    static = json.dumps(f"{base.rstrip('/')}/app/static")
     ident = re.sub(r"[^A-Za-z0-9_-]", "", chart_id)
     return (
         f'<div style="position:relative;height:{height}px">'
         f'<canvas id="netmon-chart-{ident}" data-netmon-chart="{ident}"></canvas></div>'
         f'<script type="application/json" id="{_MARK}-{ident}">{text}</script>'
-        "<script>(() => {const at = " + static + ";"
-        "const load = (src) => new Promise((ok, no) => {const s = document.createElement('script');"
-        "s.src = at + '/' + src; s.onload = ok; s.onerror = no; document.head.appendChild(s);});"
-        f"window.__netmonChartJs = window.__netmonChartJs || load('{CHART_JS}').then(() => load('{STATIC}'));"
-        f"window.__netmonChartJs.then(() => netmonDraw('{ident}'));}})();</script>"
+        f"<script>{_loader(base)}window.__netmonChartJs.then(() => netmonDraw('{ident}'));</script>"
     )
 
 
@@ -435,6 +443,18 @@ def embedded(body: str) -> dict[str, Any]:
     return dict(json.loads(found.group(1)))
 
 
+def _base() -> str:
+    """The server's base URL path (``server.baseUrlPath``), as ``/path`` or empty."""
+    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
+    return f"/{base}" if base else ""
+
+
+def preload() -> None:
+    """Start loading Chart.js in this tab now (``dashboard/app.py``, before the page's script
+    runs): its load then overlaps the page's reads instead of following its first chart."""
+    st.sidebar.html(f"<script>{_loader(_base())}</script>", unsafe_allow_javascript=True)
+
+
 def show(fig: go.Figure) -> None:
     """Draw ``fig`` on the page with Chart.js (``st.plotly_chart`` if it cannot be translated)."""
     try:
@@ -443,8 +463,6 @@ def show(fig: go.Figure) -> None:
         log.warning("chart drawn with Plotly", extra={"reason": str(e)})
         st.plotly_chart(fig, width="stretch")
         return
-    base = str(st.get_option("server.baseUrlPath") or "")
-    base = f"/{base.strip('/')}" if base.strip("/") else ""
     # Our own HTML and data (JSON, escaped), so the page may run its script: Chart.js is then
     # loaded once per tab, not once per chart as in a frame of its own (0.1-0.4 s less a page).
-    st.html(page(cfg, base, uuid.uuid4().hex[:12]), unsafe_allow_javascript=True)
+    st.html(page(cfg, _base(), uuid.uuid4().hex[:12]), unsafe_allow_javascript=True)
