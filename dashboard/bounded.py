@@ -469,11 +469,12 @@ class _Tables:
         return tables
 
     def compacted(self, path: Path) -> list[pa.Table]:
-        bounds = None
-        if self.compacted_by != self.column:
-            bounds = self.footers.bounds(path, self.column)
-            if bounds is None or not _overlaps(bounds, self.start_us, self.end_us):
-                return []
+        # Its statistics (cached per version of the file) even when its hour is of the range's
+        # column: an hour wholly in the range is then taken as it is, not filtered row by row
+        # (a day's 24 hours of top-k rows: 0.2 s a read).
+        bounds = self.footers.bounds(path, self.column)
+        if bounds is None or not _overlaps(bounds, self.start_us, self.end_us):
+            return []
         return [_read(path, self.column, self.start, self.end, self.columns, self.footers, bounds)]
 
     def spark_files(self, sink: Path) -> list[pa.Table]:

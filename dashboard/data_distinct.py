@@ -8,13 +8,26 @@ them for plotting; they compute no counts of their own.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from dashboard import data
+from dashboard import buckets, data
 from netmon.config import DistinctQuery
 
-__all__ = ["COLUMNS", "describe", "distinct_counts", "in_range", "suspects", "top_series"]
+__all__ = [
+    "COLUMNS",
+    "View",
+    "describe",
+    "distinct_counts",
+    "in_range",
+    "suspects",
+    "top_series",
+    "view",
+    "view_of",
+]
 
 COLUMNS = ["query", "window_end", "group", "distinct", "rank"]
 
@@ -28,7 +41,7 @@ def distinct_counts(
     df = data.read_range(data_dir, "distinct", start, end, columns=COLUMNS, query=query)
     if df is None:
         return pd.DataFrame(columns=COLUMNS)
-    df["group"] = df["group"].mask(df["group"] == "", "(all)")
+    df["group"] = df["group"].mask(df["group"] == "", "(all)")  # a query without group_by
     # In the files' order, which is the batches' (by window end): the chart's series are sorted
     # where they are cut (top_series), and sorting a day of rows here cost a third of the page.
     return df
@@ -67,3 +80,64 @@ def suspects(df: pd.DataFrame, threshold: int) -> pd.DataFrame:
         .merge(slides, on="group")
     )
     return table.sort_values(["peak", "group"], ascending=[False, True]).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the Distinct counts page shows of one query over a range: the series of its top
+    groups (``top_series`` cut to buckets: ``dashboard.buckets.downsample``, each bucket's
+    highest) and its suspects (:func:`suspects`)."""
+
+    series: buckets.Downsampled
+    suspects: pd.DataFrame
+
+
+@data.cached(max_entries=16)
+def view(data_dir: str, start: dt.datetime, end: dt.datetime, lines: int, threshold: int) -> dict[str, View]:
+    """:func:`view_of` each query's rows of the windows ending in ``[start, end]``, from one read
+    (empty: no row). Only the page's answer is cached (``st.cache_data`` copies what it returns on
+    every call: a day of a query's rows is millions)."""
+    table = data.read_table(data_dir, "distinct", start, end, columns=COLUMNS)
+    if table is None:
+        return {}
+    names = sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
+    return {n: view_of(table.filter(pc.equal(table["query"], n)), lines, threshold) for n in names}
+
+
+def view_of(table: pa.Table, lines: int, threshold: int, max_points: int = buckets.MAX_POINTS) -> View:
+    """One query's rows (an Arrow table of :data:`COLUMNS`) as the page shows them: the same as
+    :func:`top_series` of their frame cut by ``buckets.downsample`` (by group, each bucket's
+    highest) and :func:`suspects` of it, but computed in Arrow, so a long range never becomes a
+    frame of its rows: the ``lines`` groups by their highest count (ties: by name, as
+    :func:`top_series` picks them), their rows cut in Arrow to the same epoch-aligned buckets when
+    they hold more than ``max_points`` window ends, and only the rows at or over ``threshold``
+    made a frame for the suspects (tested equal to the frame's functions)."""
+    group = table["group"]
+    table = table.set_column(
+        table.schema.get_field_index("group"), "group", pc.if_else(pc.equal(group, ""), "(all)", group)
+    )
+    flagged = suspects(table.filter(pc.greater_equal(table["distinct"], threshold)).to_pandas(), threshold)
+    if table.num_rows == 0:
+        return View(buckets.Downsampled(pd.DataFrame(columns=["group", "window_end", "distinct"])), flagged)
+    peaks = table.group_by("group").aggregate([("distinct", "max")]).to_pandas()
+    peak = peaks.set_index("group")["distinct_max"].sort_index().sort_values(ascending=False, kind="stable")
+    chosen = table.filter(pc.is_in(table["group"], pa.array(list(peak.index[:lines]), table["group"].type)))
+    if pc.count_distinct(chosen["window_end"]).as_py() <= max_points:
+        frame = top_series(chosen.to_pandas(), lines)
+        return View(buckets.downsample(frame, "window_end", {"distinct": "max"}, by=["group"]), flagged)
+    times = pd.Series(pc.unique(chosen["window_end"]).to_pandas())
+    width = buckets.bucket_width(times, max_points)
+    assert width is not None  # more distinct times than max_points
+    unit = pd.Timedelta(1, unit=chosen["window_end"].type.unit).value  # ns per tick of the column
+    step = width.value // unit  # WIDTHS are whole seconds: a whole number of ticks
+    start = pc.multiply(pc.divide(chosen["window_end"].cast(pa.int64()), step), step)
+    per = chosen.append_column("bucket", start).group_by(["group", "bucket"]).aggregate([("distinct", "max")])
+    out = per.to_pandas().sort_values(["group", "bucket"]).reset_index(drop=True)
+    frame = pd.DataFrame(
+        {
+            "group": out["group"],
+            "window_end": pd.to_datetime(out["bucket"].to_numpy() * unit, utc=True),
+            "distinct": out["distinct_max"].astype("float64"),
+        }
+    )
+    return View(buckets.Downsampled(frame, width), flagged)

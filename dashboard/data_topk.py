@@ -7,14 +7,26 @@ key, count, total``; a report with no item above delta is one row with rank 0 an
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dashboard import buckets, data
 
-__all__ = ["COLUMNS", "history", "topk"]
+__all__ = ["COLUMNS", "READ", "View", "history", "topk", "view", "view_of"]
 
 COLUMNS = ["query", "window_end", "delta", "rank", "key", "count", "total", "share"]
+#: The columns read from the files (``share`` is computed): the warm-up reads the same.
+READ = COLUMNS[:-1]
+
+
+def _frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Report rows with ``share`` = count / the window's total, by query, time and rank."""
+    df["share"] = (df["count"] / df["total"].where(df["total"] > 0)).astype("float64")
+    return df.sort_values(["query", "window_end", "rank"]).reset_index(drop=True)[COLUMNS]
 
 
 @data.cached(max_entries=16)
@@ -22,11 +34,72 @@ def topk(data_dir: str, start: dt.datetime, end: dt.datetime, query: str | None 
     """The committed report rows of the windows ending in ``[start, end]`` (only the files that
     can hold them are read: ``dashboard.bounded``), of ``query`` only (None: every query's), with
     ``share`` = count / the window's total, by query and time."""
-    df = data.read_range(data_dir, "topk", start, end, query=query)
+    df = data.read_range(data_dir, "topk", start, end, columns=READ, query=query)
     if df is None:
         return pd.DataFrame(columns=COLUMNS)
-    df["share"] = (df["count"] / df["total"].where(df["total"] > 0)).astype("float64")
-    return df.sort_values(["query", "window_end", "rank"]).reset_index(drop=True)[COLUMNS]
+    return _frame(df)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the Heavy hitters page shows of one query over a range: its newest report (rows of
+    :data:`COLUMNS`, by rank) and its history (:func:`history`)."""
+
+    report: pd.DataFrame
+    counts: buckets.Downsampled
+    deltas: buckets.Downsampled
+
+
+@data.cached(max_entries=16)
+def view(data_dir: str, start: dt.datetime, end: dt.datetime, query: str, top: int = 8) -> View | None:
+    """:func:`view_of` one query's rows of the windows ending in ``[start, end]`` (None: no row).
+    Only the page's answer is cached (``st.cache_data`` copies what it returns on every call: a
+    day of a query's rows is millions)."""
+    table = data.read_table(data_dir, "topk", start, end, columns=READ, query=query)
+    return None if table is None else view_of(table, top)
+
+
+def view_of(table: pa.Table, top: int = 8, max_points: int = buckets.MAX_POINTS) -> View:
+    """One query's report rows (an Arrow table of :data:`READ`) as the page shows them: the
+    same as ``topk``'s frame of them, its newest window's rows and :func:`history` of it, but
+    computed in Arrow, so a long range never becomes a frame of its rows.
+
+    The history of more than ``max_points`` reports is cut to buckets in Arrow: the ``top`` keys by
+    their highest count (ties: by key, as :func:`history` picks them), each key's highest count per
+    bucket (NaN where it was above δ in none of the bucket's reports), every bucket that holds a
+    report, and δ per bucket its highest (every row of a report carries the report's δ). A
+    shorter history is :func:`history` of the frame itself (tested equal either way)."""
+    ends = table["window_end"]
+    report = _frame(table.filter(pc.equal(ends, pc.max(ends))).to_pandas())
+    windows = table.group_by("window_end").aggregate([("delta", "max")])
+    items = table.filter(pc.greater(table["rank"], 0))
+    if windows.num_rows <= max_points or items.num_rows == 0:
+        counts, deltas = history(_frame(table.to_pandas()), top, max_points)
+        return View(report, counts, deltas)
+    peaks = items.group_by("key").aggregate([("count", "max")]).to_pandas()
+    keys = peaks.set_index("key")["count_max"].sort_index().nlargest(top).index
+    times = pd.Series(windows["window_end"].to_pandas())
+    width = buckets.bucket_width(times, max_points)
+    assert width is not None  # more distinct times than max_points
+    unit = pd.Timedelta(1, unit=ends.type.unit).value  # ns per tick of the column
+    step = width.value // unit  # WIDTHS are whole seconds: a whole number of ticks
+
+    def bucketed(t: pa.Table) -> pa.Table:
+        start = pc.multiply(pc.divide(t["window_end"].cast(pa.int64()), step), step)
+        return t.append_column("bucket", start)
+
+    chosen = bucketed(items.filter(pc.is_in(items["key"], pa.array(list(keys), items["key"].type))))
+    peak = chosen.group_by(["key", "bucket"]).aggregate([("count", "max")]).to_pandas()
+    per = bucketed(windows).group_by("bucket").aggregate([("delta_max", "max")]).to_pandas()
+    per = per.sort_values("bucket").reset_index(drop=True)
+    at = pd.to_datetime(per["bucket"].to_numpy() * unit, utc=True)
+    grid = pd.MultiIndex.from_product([sorted(keys), per["bucket"].to_numpy()], names=["key", "bucket"])
+    count = peak.set_index(["key", "bucket"])["count_max"].reindex(grid).astype("float64")
+    counts = pd.DataFrame(
+        {"key": grid.get_level_values("key"), "window_end": np.tile(at, len(keys)), "count": count.to_numpy()}
+    )
+    deltas = pd.DataFrame({"window_end": at, "delta": per["delta_max_max"].astype("float64")})
+    return View(report, buckets.Downsampled(counts, width), buckets.Downsampled(deltas, width))
 
 
 def history(

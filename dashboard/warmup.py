@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dashboard import bounded, data_distinct, data_joins, data_resources, time_range
+from dashboard import bounded, data_distinct, data_joins, data_resources, data_topk, time_range
 from netmon.config import Config
 from netmon.results import COMMITS, COMPACTED, results_dir
 from netmon.results_range import CommitRows, sinks
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 #: Each kind the pages read, with the columns they read it with (None: all).
 READS: dict[str, list[str] | None] = {
     "traffic": None,  # dashboard.data.traffic
-    "topk": None,  # dashboard.data_topk.topk
+    "topk": data_topk.READ,  # dashboard.data_topk.topk and view
     "distinct": data_distinct.COLUMNS,  # dashboard.data_distinct.distinct_counts
     "joins": data_joins.JOIN_COLUMNS,  # dashboard.data_joins.join_results
     "shedding": None,  # dashboard.data_joins.shedding_stats

@@ -10,7 +10,7 @@ import datetime as dt
 
 import streamlit as st
 
-from dashboard import buckets, chartjs, charts, data, tables, time_range
+from dashboard import chartjs, charts, data, tables, time_range
 from dashboard import data_distinct as dd
 
 cfg = data.config()
@@ -33,21 +33,18 @@ def panel() -> None:
         )
         return
     st.caption(f"Windows ending {time_range.describe(span)} (event time)")
-    in_range = data.queries(data_dir, "distinct", *span, dd.COLUMNS)
-    if not in_range:
+    shown = dd.view(data_dir, *span, int(lines), int(threshold))  # reduced in Arrow, one read
+    if not shown:
         st.info("No distinct-count window ends in this time range.")
         return
     configured = {q.name: q for q in cfg.queries.distinct}
-    names = [n for n in configured if n in in_range]
-    names += [n for n in in_range if n not in configured]
+    names = [n for n in configured if n in shown]
+    names += [n for n in shown if n not in configured]
     for name in names:
-        rows = dd.distinct_counts(data_dir, *span, name)  # one query's rows, chosen in Arrow
         st.subheader(name)
         if name in configured:
             st.caption(dd.describe(configured[name]) + "; each slide keeps its top groups")
-        series = buckets.downsample(
-            dd.top_series(rows, int(lines)), "window_end", {"distinct": "max"}, by=["group"]
-        )
+        series = shown[name].series
         x_title = "window end (event time, UTC)"
         if series.width is not None:
             x_title += f" — {series.describe('the highest of each')}"
@@ -62,7 +59,7 @@ def panel() -> None:
             legend_title="group",
         )
         chartjs.show(fig)
-        flagged = dd.suspects(rows, int(threshold))
+        flagged = shown[name].suspects
         if flagged.empty:
             st.caption(f"No group reached {int(threshold):,} in this range.")
         else:

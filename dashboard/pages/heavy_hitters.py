@@ -22,7 +22,7 @@ st.caption(
 
 chosen = time_range.picker(data.newest(data_dir, "topk"))
 span = chosen.span(data.newest(data_dir, "topk"))
-in_range = data.queries(data_dir, "topk", *span) if span else []
+in_range = data.queries(data_dir, "topk", *span, data_topk.READ) if span else []
 names: list[str] = list(configured) + [n for n in in_range if n not in configured]
 if not names:
     st.info("No top-k queries configured ([[queries.topk]] in netmon.toml).")
@@ -51,12 +51,12 @@ def panel() -> None:
         st.info(f"No reports yet in {cfg.paths.data_dir}/results/topk — is the pipeline running?")
         return
     st.caption(f"Windows ending {time_range.describe(span)} (event time)")
-    df = data_topk.topk(data_dir, *span, query)  # this query's rows only, chosen in Arrow
-    if df.empty:
+    shown = data_topk.view(data_dir, *span, query)  # this query's rows, reduced in Arrow
+    if shown is None:
         st.info(f"No report of {query} in this time range.")
         return
-    current(df[df["window_end"] == df["window_end"].max()], unit)
-    history(df, unit)
+    current(shown.report, unit)
+    history(shown, unit)
 
 
 def current(report: pd.DataFrame, unit: str) -> None:
@@ -88,9 +88,9 @@ def current(report: pd.DataFrame, unit: str) -> None:
     tables.show(table, {"share": "percent"})
 
 
-def history(df: pd.DataFrame, unit: str, top: int = 8) -> None:
+def history(shown: data_topk.View, unit: str) -> None:
     """Counts of the most reported items per window over the range, with δ; a gap: not reported."""
-    counts, deltas = data_topk.history(df, top)
+    counts, deltas = shown.counts, shown.deltas
     fig = charts.line(
         counts.frame,
         "window_end",

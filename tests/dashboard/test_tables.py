@@ -96,7 +96,8 @@ def _text(v: object, kind: str) -> str:
         text = t.strftime("%Y-%m-%d %H:%M:%S")
         return text + (f".{t.microsecond // 1000:03d}" if t.microsecond else "")
     if kind == "percent":
-        return f"{float(v) * 100:.1f}%"  # type: ignore[arg-type]
+        assert isinstance(v, (float, np.floating))
+        return f"{float(v) * 100:.1f}%"
     if isinstance(v, (bool, np.bool_)):
         return "true" if v else "false"
     if isinstance(v, (int, np.integer)):
