@@ -33,6 +33,7 @@ __all__ = [
     "queries",
     "read_range",
     "read_table",
+    "read_tables",
     "traffic",
     "traffic_rates",
 ]
@@ -126,8 +127,20 @@ def read_table(
     long range in Arrow before anything becomes a frame."""
     table = _table(data_dir, kind, start, end, columns)
     if table is not None and query is not None:
-        table = table.filter(pc.equal(table["query"], query))
-    return None if table is None or table.num_rows == 0 else table
+        table = bounded.where_equal(table, "query", query)  # by the dictionaries' indices
+    return None if table is None or table.num_rows == 0 else bounded.decoded(table)
+
+
+def read_tables(
+    data_dir: str, kind: str, start: dt.datetime, end: dt.datetime, columns: list[str] | None = None
+) -> dict[str, pa.Table]:
+    """:func:`read_table`'s rows split by query (a page showing every query), from one read: each
+    query's rows chosen by the dictionaries' indices before they are decoded."""
+    table = _table(data_dir, kind, start, end, columns)
+    if table is None:
+        return {}
+    names = sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
+    return {name: bounded.decoded(bounded.where_equal(table, "query", name)) for name in names}
 
 
 @cached(max_entries=16)
@@ -139,7 +152,8 @@ def queries(
     table = _table(data_dir, kind, start, end, columns)
     if table is None or table.num_rows == 0:
         return []
-    return sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
+    names = pc.unique(table["query"])  # of the dictionaries' indices: the values in the rows
+    return sorted(str(q) for q in names.to_pylist() if q is not None)
 
 
 def _table(
@@ -154,6 +168,7 @@ def _table(
         columns,
         compacted_by=bounded.COMPACTION_COLUMNS[kind],
         disorder_s=bounded.batch_disorder_s(cfg, kind),
+        encoded_text=True,  # as the cache keeps them: a query's rows chosen before decoding
     )
 
 

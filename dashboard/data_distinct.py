@@ -97,11 +97,8 @@ def view(data_dir: str, start: dt.datetime, end: dt.datetime, lines: int, thresh
     """:func:`view_of` each query's rows of the windows ending in ``[start, end]``, from one read
     (empty: no row). Only the page's answer is cached (``st.cache_data`` copies what it returns on
     every call: a day of a query's rows is millions)."""
-    table = data.read_table(data_dir, "distinct", start, end, columns=COLUMNS)
-    if table is None:
-        return {}
-    names = sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
-    return {n: view_of(table.filter(pc.equal(table["query"], n)), lines, threshold) for n in names}
+    tables = data.read_tables(data_dir, "distinct", start, end, columns=COLUMNS)
+    return {name: view_of(table, lines, threshold) for name, table in tables.items()}
 
 
 def view_of(table: pa.Table, lines: int, threshold: int, max_points: int = buckets.MAX_POINTS) -> View:
