@@ -48,8 +48,9 @@ compaction bounds its hours by (the first of ``pipeline.publish.TIME_COLUMNS`` i
 they differ for ``shedding`` only.
 
 A file's rows are read once per version of it and kept (:class:`Rows`, beside the footers in
-:class:`Footers`; by path, size and modification time, at most 512 MB of them, counted as the
-memory they hold: :func:`table_cost`): the pages' reads
+:class:`Footers`; by path, size and modification time, at most :data:`MAX_ROW_BYTES` of them,
+counted as the memory they hold: :func:`table_cost`; text dictionary-encoded: :func:`encoded`): the
+pages' reads
 expire every few seconds (``dashboard.data.cached``) and a relative range moves with the newest
 row, so without them every redraw read the whole range's files again (the last 24 h of
 one-minute batches: 1,440 files a kind, 1–5 s a read on a loaded machine); with them a redraw
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COLUMN_OVERHEAD_BYTES",
     "COMPACTION_COLUMNS",
+    "MAX_ROW_BYTES",
     "TIME_COLUMNS",
     "Footers",
     "Rows",
@@ -200,6 +202,14 @@ def _footer_bounds(path: Path, column: str) -> Bounds | None:
         return found
 
 
+#: The memory the kept rows may hold (:class:`Rows`). A day of every kind the pages read, as the
+#: 12-minute soak's day writes it (``netmon bench soak-up``: per-second top-k and distinct
+#: reports), is about 540 MiB with its text dictionary-encoded (top-k 355, distinct 143, joins 11,
+#: traffic 10, shedding 7, and the ``sys`` rows): at 512 MiB the pages' last-24-h reads evicted
+#: each other's files on every switch (a read of the day's files again each time, 1-2 s).
+MAX_ROW_BYTES = 1 << 30
+
+
 #: What a cached table costs beyond its Arrow buffers (``pa.Table.nbytes``), per column chunk:
 #: the C++ objects of each column (array, its data, buffers' handles, field), allocated outside
 #: Arrow's memory pool. Measured with pyarrow 26 over a day of per-minute results: a one-row
@@ -294,7 +304,7 @@ class Rows:
     again each time. Thread-safe: the sessions and the warm-up share it, and a file asked for by
     two threads at once is read once (the second waits for the first)."""
 
-    def __init__(self, max_bytes: int = 512 << 20) -> None:
+    def __init__(self, max_bytes: int = MAX_ROW_BYTES) -> None:
         self.max_bytes = max_bytes
         self._tables: OrderedDict[
             tuple[str, tuple[str, ...] | None], tuple[tuple[int, int], pa.Table, int]
@@ -362,7 +372,7 @@ class Footers:
     ``max_entries``, least recently used first out; and the files' rows (:attr:`rows`, a
     :class:`Rows` of ``max_row_bytes``). Thread-safe: the sessions share it."""
 
-    def __init__(self, max_entries: int = 100_000, max_row_bytes: int = 512 << 20) -> None:
+    def __init__(self, max_entries: int = 100_000, max_row_bytes: int = MAX_ROW_BYTES) -> None:
         self.max_entries = max_entries
         self._bounds: OrderedDict[tuple[str, str], tuple[tuple[int, int], Bounds | None]] = OrderedDict()
         self._lock = threading.Lock()

@@ -23,7 +23,7 @@ files, a few stats and the footers of a binary search. A kind whose compacted ho
 read again in full (a compaction writes new files). A kind whose directories did not change is
 not looked at: over a finished replay, the warm-up costs nothing after its first pass.
 
-**Bounded memory.** The warm-up adds no cache: it fills the process's (at most 512 MB,
+**Bounded memory.** The warm-up adds no cache: it fills the process's (at most 1 GiB,
 ``bounded.Rows``, least recently used out first, counted as the memory the tables hold,
 ``bounded.table_cost``), and stops once that is full (a pass that made the cache drop tables
 warms no further kind: a warm-up larger than the cache would only read its files again and
