@@ -22,8 +22,19 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["AGGREGATIONS", "MAX_POINTS", "WIDTHS", "Agg", "Downsampled", "bucket_width", "downsample"]
+__all__ = [
+    "AGGREGATIONS",
+    "MAX_POINTS",
+    "WIDTHS",
+    "Agg",
+    "Downsampled",
+    "bucket_width",
+    "downsample",
+    "with_buckets",
+]
 
 #: How a column's values in one bucket become one: ``sum`` (of the values there; a count per
 #: bucket), ``mean``, ``max``, ``min``, ``first`` and ``last`` (the earliest and the latest value
@@ -186,3 +197,18 @@ def downsample(
         out = groups.size().reset_index()[[*by, time]]
     out[time] = pd.to_datetime(out[time], utc=True)
     return Downsampled(out[columns].reset_index(drop=True), width)
+
+
+def with_buckets(table: pa.Table, time: str, width: pd.Timedelta) -> pa.Table:
+    """``table`` (Arrow) with a column ``bucket``: the start of the epoch-aligned bucket of
+    ``width`` its ``time`` falls in, of ``time``'s type: the buckets :func:`downsample` cuts, for a
+    reader that aggregates a long range in Arrow before anything becomes a frame.
+
+    >>> t = pa.table({"t": pa.array([0, 59_000_000, 61_000_000], pa.timestamp("us", tz="UTC"))})
+    >>> [str(b) for b in with_buckets(t, "t", pd.Timedelta("1min"))["bucket"].to_pylist()]
+    ['1970-01-01 00:00:00+00:00', '1970-01-01 00:00:00+00:00', '1970-01-01 00:01:00+00:00']
+    """
+    times = table[time]
+    step = width.value // pd.Timedelta(1, unit=times.type.unit).value  # WIDTHS: whole seconds
+    ticks = pc.multiply(pc.divide(times.cast(pa.int64()), step), step)
+    return table.append_column("bucket", ticks.cast(times.type))

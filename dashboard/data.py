@@ -139,8 +139,7 @@ def read_tables(
     table = _table(data_dir, kind, start, end, columns)
     if table is None:
         return {}
-    names = sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
-    return {name: bounded.decoded(bounded.where_equal(table, "query", name)) for name in names}
+    return {name: bounded.decoded(bounded.where_equal(table, "query", name)) for name in _names(table)}
 
 
 @cached(max_entries=16)
@@ -152,8 +151,13 @@ def queries(
     table = _table(data_dir, kind, start, end, columns)
     if table is None or table.num_rows == 0:
         return []
-    names = pc.unique(table["query"])  # of the dictionaries' indices: the values in the rows
-    return sorted(str(q) for q in names.to_pylist() if q is not None)
+    return _names(table)
+
+
+def _names(table: pa.Table) -> list[str]:
+    """The queries ``table``'s rows name, sorted (of a dictionary-encoded column: the values its
+    rows hold, not every value of its dictionaries)."""
+    return sorted(str(q) for q in pc.unique(table["query"]).to_pylist() if q is not None)
 
 
 def _table(

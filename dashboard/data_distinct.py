@@ -125,15 +125,13 @@ def view_of(table: pa.Table, lines: int, threshold: int, max_points: int = bucke
     times = pd.Series(pc.unique(chosen["window_end"]).to_pandas())
     width = buckets.bucket_width(times, max_points)
     assert width is not None  # more distinct times than max_points
-    unit = pd.Timedelta(1, unit=chosen["window_end"].type.unit).value  # ns per tick of the column
-    step = width.value // unit  # WIDTHS are whole seconds: a whole number of ticks
-    start = pc.multiply(pc.divide(chosen["window_end"].cast(pa.int64()), step), step)
-    per = chosen.append_column("bucket", start).group_by(["group", "bucket"]).aggregate([("distinct", "max")])
+    per = buckets.with_buckets(chosen, "window_end", width)
+    per = per.group_by(["group", "bucket"]).aggregate([("distinct", "max")])
     out = per.to_pandas().sort_values(["group", "bucket"]).reset_index(drop=True)
     frame = pd.DataFrame(
         {
             "group": out["group"],
-            "window_end": pd.to_datetime(out["bucket"].to_numpy() * unit, utc=True),
+            "window_end": pd.DatetimeIndex(out["bucket"]).as_unit("ns"),
             "distinct": out["distinct_max"].astype("float64"),
         }
     )

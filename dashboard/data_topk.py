@@ -81,19 +81,17 @@ def view_of(table: pa.Table, top: int = 8, max_points: int = buckets.MAX_POINTS)
     times = pd.Series(windows["window_end"].to_pandas())
     width = buckets.bucket_width(times, max_points)
     assert width is not None  # more distinct times than max_points
-    unit = pd.Timedelta(1, unit=ends.type.unit).value  # ns per tick of the column
-    step = width.value // unit  # WIDTHS are whole seconds: a whole number of ticks
-
-    def bucketed(t: pa.Table) -> pa.Table:
-        start = pc.multiply(pc.divide(t["window_end"].cast(pa.int64()), step), step)
-        return t.append_column("bucket", start)
-
-    chosen = bucketed(items.filter(pc.is_in(items["key"], pa.array(list(keys), items["key"].type))))
-    peak = chosen.group_by(["key", "bucket"]).aggregate([("count", "max")]).to_pandas()
-    per = bucketed(windows).group_by("bucket").aggregate([("delta_max", "max")]).to_pandas()
-    per = per.sort_values("bucket").reset_index(drop=True)
-    at = pd.to_datetime(per["bucket"].to_numpy() * unit, utc=True)
-    grid = pd.MultiIndex.from_product([sorted(keys), per["bucket"].to_numpy()], names=["key", "bucket"])
+    chosen = items.filter(pc.is_in(items["key"], pa.array(list(keys), items["key"].type)))
+    peak = buckets.with_buckets(chosen, "window_end", width)
+    peak = peak.group_by(["key", "bucket"]).aggregate([("count", "max")]).to_pandas()
+    per = (
+        buckets.with_buckets(windows, "window_end", width)
+        .group_by("bucket")
+        .aggregate([("delta_max", "max")])
+    )
+    per = per.to_pandas().sort_values("bucket").reset_index(drop=True)
+    at = pd.DatetimeIndex(per["bucket"]).as_unit("ns")
+    grid = pd.MultiIndex.from_product([sorted(keys), per["bucket"]], names=["key", "bucket"])
     count = peak.set_index(["key", "bucket"])["count_max"].reindex(grid).astype("float64")
     counts = pd.DataFrame(
         {"key": grid.get_level_values("key"), "window_end": np.tile(at, len(keys)), "count": count.to_numpy()}

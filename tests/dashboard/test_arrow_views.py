@@ -13,18 +13,10 @@ import pytest
 
 from dashboard import buckets, data_topk
 from dashboard import data_distinct as dd
+from pipeline.topk import RESULT_SCHEMA
 
-TOPK = pa.schema(
-    [
-        ("query", pa.string()),
-        ("window_end", pa.timestamp("us", tz="UTC")),
-        ("delta", pa.int64()),
-        ("rank", pa.int32()),
-        ("key", pa.string()),
-        ("count", pa.int64()),
-        ("total", pa.int64()),
-    ]
-)
+#: the top-k writer's types (pipeline.topk), of the columns the page reads
+TOPK = pa.schema([RESULT_SCHEMA.field(name) for name in data_topk.READ])
 DISTINCT = pa.schema(
     [
         ("query", pa.string()),
